@@ -1,0 +1,47 @@
+# walrelay developer entry points. The scripts under test/ do the work; see their headers.
+#
+#   make test    deps, fresh Postgres + Kafka, go vet, go test -race, decoder fuzz, stop all
+#   make build   static binary bin/walrelay
+#   make demo    Postgres + Kafka + walrelay end to end, printing the Kafka records
+#   make bench   walrelay vs pg_recvlogical draining the same WAL (BENCH_N, BENCH_PAYLOAD)
+#   make up      start the test Postgres + Kafka and print their env (make down stops them)
+#   make clean   stop leftovers, remove bin/ and the state dirs
+
+GO ?= go
+SHELL := /bin/bash
+ENV_DIR := test/env
+
+.PHONY: all test build demo bench up down env deps clean
+
+all: build
+
+test:
+	bash $(ENV_DIR)/run-tests.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/walrelay ./cmd/walrelay
+
+demo: build
+	bash $(ENV_DIR)/demo.sh
+
+bench: build
+	bash test/bench/bench.sh
+
+deps:
+	bash $(ENV_DIR)/deps.sh
+
+up:
+	bash $(ENV_DIR)/pg.sh start
+	bash $(ENV_DIR)/kafka.sh start
+	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
+
+env:
+	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
+
+down:
+	-bash $(ENV_DIR)/kafka.sh stop
+	-bash $(ENV_DIR)/pg.sh stop
+
+clean:
+	-bash $(ENV_DIR)/clean.sh
+	rm -rf bin

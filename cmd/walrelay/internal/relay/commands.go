@@ -1,0 +1,230 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/replication"
+)
+
+// Exit codes of the walrelay command.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // runtime failure or missing prerequisite
+	ExitConfig  = 2 // invalid configuration or usage
+)
+
+const usage = `walrelay relays transactional-outbox events from Postgres logical replication to Kafka.
+
+Usage:
+  walrelay run     [flags]   stream outbox inserts to Kafka (the service)
+  walrelay migrate [flags]   create the outbox table (idempotent)
+  walrelay doctor  [flags]   check Postgres and Kafka prerequisites and say how to fix each
+  walrelay status  [flags]   show the slot's position, lag and retained WAL
+  walrelay version
+
+Run 'walrelay <command> -h' for the flags. Every flag can also be set as
+WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or as a key in the --config YAML file.
+`
+
+// Version is set at build time with -ldflags "-X ...relay.Version=...".
+var Version = "dev"
+
+// Main runs the walrelay command line and returns the exit code.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitConfig
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run", "doctor":
+		cfg, err := Load(rest, getenv, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+		if err != nil {
+			log.Error("invalid configuration", "error", err.Error())
+			return ExitConfig
+		}
+		if cmd == "doctor" {
+			return doctor(ctx, cfg, stdout)
+		}
+		log.Info("walrelay starting", "version", Version, "slot", cfg.Slot, "publication", cfg.Publication,
+			"tables", strings.Join(cfg.Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
+		if err := Run(ctx, cfg, log); err != nil {
+			log.Error("walrelay stopped", "error", err.Error())
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return ExitConfig
+			}
+			return ExitFailure
+		}
+		log.Info("walrelay stopped cleanly")
+		return ExitOK
+	case "migrate", "status":
+		fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		dsn := fs.String("postgres-dsn", getenv("WALRELAY_POSTGRES_DSN"), "Postgres connection (env WALRELAY_POSTGRES_DSN)")
+		table := fs.String("table", envOr(getenv, "WALRELAY_TABLE", "public.outbox"), "outbox table, schema.name (env WALRELAY_TABLE)")
+		slot := fs.String("slot", envOr(getenv, "WALRELAY_SLOT", "walrelay"), "replication slot (env WALRELAY_SLOT)")
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK
+			}
+			return ExitConfig
+		}
+		log := newLogger(stderr, "info", "json")
+		if *dsn == "" {
+			log.Error("invalid configuration", "error", (&ConfigError{Key: "postgres-dsn", Err: errors.New("required")}).Error())
+			return ExitConfig
+		}
+		var err error
+		if cmd == "migrate" {
+			err = migrate(ctx, *dsn, *table, log)
+		} else {
+			err = status(ctx, *dsn, *slot, stdout)
+		}
+		if err != nil {
+			log.Error(cmd+" failed", "error", err.Error())
+			return ExitFailure
+		}
+		return ExitOK
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "walrelay", Version)
+		return ExitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	return ExitConfig
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	l, err := parseLevel(level)
+	if err != nil {
+		l = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func migrate(ctx context.Context, dsn, table string, log *slog.Logger) error {
+	tn, err := replication.ParseTable(table)
+	if err != nil {
+		return &ConfigError{Key: "table", Err: err}
+	}
+	ms, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(cctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, m := range ms {
+		if _, err := conn.Exec(cctx, m.Render(tn.Quoted())).ReadAll(); err != nil {
+			return fmt.Errorf("apply %s: %w", m.Name, err)
+		}
+		log.Info("applied migration", "migration", m.Name, "table", tn.String())
+	}
+	return nil
+}
+
+func status(ctx context.Context, dsn, slot string, w io.Writer) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(cctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	esc, err := conn.EscapeString(slot)
+	if err != nil {
+		return err
+	}
+	q := `SELECT slot_name, plugin, active, coalesce(active_pid::text, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''),
+	        pg_current_wal_lsn()::text,
+	        coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, ''),
+	        coalesce(pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)), ''),
+	        coalesce(wal_status, '')
+	      FROM pg_replication_slots WHERE slot_name = '` + esc + `'`
+	res, err := conn.Exec(cctx, q).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read slot: %w", err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return fmt.Errorf("slot %q does not exist", slot)
+	}
+	r := res[0].Rows[0]
+	names := []string{"slot", "plugin", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes", "retained_wal", "wal_status"}
+	for i, n := range names {
+		fmt.Fprintf(w, "%-20s %s\n", n, r[i])
+	}
+	return nil
+}
+
+// doctor checks every prerequisite it can without changing anything and
+// prints one line per check with the fix.
+func doctor(ctx context.Context, cfg Config, w io.Writer) int {
+	failed := false
+	report := func(name string, err error) {
+		if err != nil {
+			failed = true
+			fmt.Fprintf(w, "FAIL %-10s %v\n", name, err)
+			return
+		}
+		fmt.Fprintf(w, "ok   %s\n", name)
+	}
+	rcfg := cfg.replicationConfig()
+	rcfg.NoCreateSlot, rcfg.NoCreatePublication = true, true
+	conn, err := replication.Open(ctx, rcfg)
+	if err == nil {
+		_ = conn.Close(context.Background())
+	}
+	report("postgres", err)
+	snk, err := newSinkForDoctor(cfg)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
+		err = snk.Ping(pctx)
+		cancel()
+		snk.Close()
+	}
+	report("kafka", err)
+	if failed {
+		return ExitFailure
+	}
+	return ExitOK
+}

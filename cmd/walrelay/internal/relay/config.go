@@ -1,0 +1,433 @@
+package relay
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Config is everything `walrelay run` needs. Load fills it from defaults, a
+// YAML file, WALRELAY_* environment variables and flags, in rising priority.
+type Config struct {
+	PostgresDSN  string
+	KafkaBrokers []string
+	Slot         string
+	Publication  string
+	Tables       []string
+	Topic        string
+	Columns      string // column preset: default or debezium
+
+	MetricsAddr string
+
+	CreateSlot             bool
+	CreatePublication      bool
+	CreateTopics           bool
+	TopicPartitions        int
+	TopicReplicationFactor int
+
+	HeartbeatInterval time.Duration
+	StatusInterval    time.Duration
+	MaxInFlight       int
+	ShutdownTimeout   time.Duration
+	KafkaTimeout      time.Duration
+
+	Compression      string
+	Linger           time.Duration
+	BatchMaxBytes    int
+	MaxBufferedBytes int
+
+	LogLevel  string
+	LogFormat string
+}
+
+// setting binds one configuration key to its flag, env var and YAML key.
+type setting struct {
+	name  string // flag name; env WALRELAY_<NAME_UPPER>; yaml <name with _>
+	usage string
+	value flag.Value
+}
+
+func (s setting) env() string {
+	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
+}
+
+func (s setting) yamlKey() string { return strings.ReplaceAll(s.name, "-", "_") }
+
+type stringVal struct{ p *string }
+
+func (v stringVal) String() string     { return *v.p }
+func (v stringVal) Set(s string) error { *v.p = s; return nil }
+
+type listVal struct{ p *[]string }
+
+func (v listVal) String() string { return strings.Join(*v.p, ",") }
+func (v listVal) Set(s string) error {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	*v.p = out
+	return nil
+}
+
+type intVal struct{ p *int }
+
+func (v intVal) String() string { return strconv.Itoa(*v.p) }
+func (v intVal) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	*v.p = n
+	return nil
+}
+
+type boolVal struct{ p *bool }
+
+func (v boolVal) String() string   { return strconv.FormatBool(*v.p) }
+func (v boolVal) IsBoolFlag() bool { return true }
+func (v boolVal) Set(s string) error {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	*v.p = b
+	return nil
+}
+
+type durVal struct{ p *time.Duration }
+
+func (v durVal) String() string { return v.p.String() }
+func (v durVal) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "0" {
+		*v.p = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration like 10s or 500ms", s)
+	}
+	*v.p = d
+	return nil
+}
+
+// Defaults returns the configuration used when nothing is set.
+func Defaults() Config {
+	return Config{
+		Slot:                   "walrelay",
+		Publication:            "walrelay",
+		Tables:                 []string{"public.outbox"},
+		Topic:                  "outbox.event.{aggregate_type}",
+		Columns:                "default",
+		MetricsAddr:            ":9187",
+		CreateSlot:             true,
+		CreatePublication:      true,
+		CreateTopics:           true,
+		TopicPartitions:        -1,
+		TopicReplicationFactor: -1,
+		HeartbeatInterval:      10 * time.Second,
+		StatusInterval:         time.Second,
+		MaxInFlight:            checkpoint.DefaultMaxInFlight,
+		ShutdownTimeout:        30 * time.Second,
+		KafkaTimeout:           15 * time.Second,
+		Compression:            "lz4",
+		Linger:                 5 * time.Millisecond,
+		BatchMaxBytes:          1 << 20,
+		MaxBufferedBytes:       64 << 20,
+		LogLevel:               "info",
+		LogFormat:              "json",
+	}
+}
+
+func (c *Config) settings() []setting {
+	return []setting{
+		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
+		{"kafka-brokers", "Kafka seed brokers, comma-separated host:port; required", listVal{&c.KafkaBrokers}},
+		{"slot", "replication slot name", stringVal{&c.Slot}},
+		{"publication", "publication name", stringVal{&c.Publication}},
+		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
+		{"topic", "topic template; placeholders {aggregate_type}, {event_type}, {table}", stringVal{&c.Topic}},
+		{"columns", "outbox column preset: default or debezium", stringVal{&c.Columns}},
+		{"metrics-addr", "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", stringVal{&c.MetricsAddr}},
+		{"create-slot", "create the replication slot when missing", boolVal{&c.CreateSlot}},
+		{"create-publication", "create the publication when missing", boolVal{&c.CreatePublication}},
+		{"create-topics", "create missing topics (otherwise stop with an error naming the topic)", boolVal{&c.CreateTopics}},
+		{"topic-partitions", "partitions of created topics (-1: broker default)", intVal{&c.TopicPartitions}},
+		{"topic-replication-factor", "replication factor of created topics (-1: broker default)", intVal{&c.TopicReplicationFactor}},
+		{"heartbeat-interval", "interval of transactional heartbeat messages (0 disables)", durVal{&c.HeartbeatInterval}},
+		{"status-interval", "how often a moved confirmed position is reported to Postgres", durVal{&c.StatusInterval}},
+		{"max-in-flight", "cap on records and transactions awaiting Kafka acks (backpressure)", intVal{&c.MaxInFlight}},
+		{"shutdown-timeout", "how long SIGTERM waits for in-flight records", durVal{&c.ShutdownTimeout}},
+		{"kafka-timeout", "how long startup waits for a Kafka broker to answer", durVal{&c.KafkaTimeout}},
+		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd", stringVal{&c.Compression}},
+		{"linger", "how long a partition waits to fill a batch", durVal{&c.Linger}},
+		{"batch-max-bytes", "largest record batch in bytes", intVal{&c.BatchMaxBytes}},
+		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks", intVal{&c.MaxBufferedBytes}},
+		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
+		{"log-format", "json or text", stringVal{&c.LogFormat}},
+	}
+}
+
+// ConfigError is a configuration value walrelay refuses, naming the key and
+// where it can be set.
+type ConfigError struct {
+	Key    string
+	Source string // flag, env, yaml file, or "" when the combination is wrong
+	Err    error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Key == "flags" {
+		return fmt.Sprintf("invalid command line: %v (see walrelay run -h)", e.Err)
+	}
+	where := fmt.Sprintf("--%s / %s", e.Key, "WALRELAY_"+strings.ToUpper(strings.ReplaceAll(e.Key, "-", "_")))
+	if e.Source != "" {
+		return fmt.Sprintf("invalid config %s (from %s): %v; set %s", e.Key, e.Source, e.Err, where)
+	}
+	return fmt.Sprintf("invalid config %s: %v; set %s", e.Key, e.Err, where)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Load builds the configuration for `walrelay run` from args (flags, without
+// the subcommand), the environment (getenv) and the YAML file named by
+// --config or WALRELAY_CONFIG. It validates the result.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	cfg := Defaults()
+	fs := flag.NewFlagSet("walrelay run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
+	// Flags are parsed into a scratch Config first, then applied last.
+	scratch := Defaults()
+	for _, s := range scratch.settings() {
+		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, err
+		}
+		return Config{}, &ConfigError{Key: "flags", Err: err}
+	}
+	if fs.NArg() > 0 {
+		return Config{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	byName := map[string]setting{}
+	for _, s := range cfg.settings() {
+		byName[s.name] = s
+	}
+	if *configFile != "" {
+		if err := applyYAML(*configFile, byName); err != nil {
+			return Config{}, err
+		}
+	}
+	for _, s := range cfg.settings() {
+		if v, ok := lookupEnv(getenv, s.env()); ok {
+			if err := s.value.Set(v); err != nil {
+				return Config{}, &ConfigError{Key: s.name, Source: "env " + s.env(), Err: err}
+			}
+		}
+	}
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		if s, ok := byName[f.Name]; ok && ferr == nil {
+			if err := s.value.Set(f.Value.String()); err != nil {
+				ferr = &ConfigError{Key: s.name, Source: "flag", Err: err}
+			}
+		}
+	})
+	if ferr != nil {
+		return Config{}, ferr
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+func lookupEnv(getenv func(string) string, key string) (string, bool) {
+	v := getenv(key)
+	return v, v != ""
+}
+
+func applyYAML(path string, byName map[string]setting) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return &ConfigError{Key: "config", Source: "flag", Err: err}
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return &ConfigError{Key: "config", Source: path, Err: fmt.Errorf("not valid YAML: %w", err)}
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, ok := byName[strings.ReplaceAll(k, "_", "-")]
+		if !ok {
+			return &ConfigError{Key: "config", Source: path, Err: fmt.Errorf("unknown key %q", k)}
+		}
+		var v string
+		switch x := raw[k].(type) {
+		case []any:
+			parts := make([]string, len(x))
+			for i, p := range x {
+				parts[i] = fmt.Sprint(p)
+			}
+			v = strings.Join(parts, ",")
+		case nil:
+			v = ""
+		default:
+			v = fmt.Sprint(x)
+		}
+		if err := s.value.Set(v); err != nil {
+			return &ConfigError{Key: s.name, Source: path, Err: err}
+		}
+	}
+	return nil
+}
+
+// Validate checks every key and the combination, with a message naming the key.
+func (c Config) Validate() error {
+	bad := func(key string, format string, a ...any) error {
+		return &ConfigError{Key: key, Err: fmt.Errorf(format, a...)}
+	}
+	if c.PostgresDSN == "" {
+		return bad("postgres-dsn", "required, e.g. postgres://walrelay@db:5432/app")
+	}
+	if len(c.KafkaBrokers) == 0 {
+		return bad("kafka-brokers", "required, e.g. kafka1:9092,kafka2:9092")
+	}
+	if len(c.Tables) == 0 {
+		return bad("table", "at least one outbox table is required")
+	}
+	if c.MaxInFlight < 2 {
+		return bad("max-in-flight", "must be at least 2, got %d", c.MaxInFlight)
+	}
+	if c.HeartbeatInterval < 0 {
+		return bad("heartbeat-interval", "must not be negative (0 disables)")
+	}
+	if c.StatusInterval <= 0 {
+		return bad("status-interval", "must be positive")
+	}
+	if c.ShutdownTimeout <= 0 {
+		return bad("shutdown-timeout", "must be positive")
+	}
+	if c.KafkaTimeout <= 0 {
+		return bad("kafka-timeout", "must be positive")
+	}
+	if c.BatchMaxBytes <= 0 || c.BatchMaxBytes > 1<<30 {
+		return bad("batch-max-bytes", "must be between 1 and 1 GiB, got %d", c.BatchMaxBytes)
+	}
+	if c.MaxBufferedBytes < c.BatchMaxBytes {
+		return bad("max-buffered-bytes", "must be at least batch-max-bytes (%d), got %d", c.BatchMaxBytes, c.MaxBufferedBytes)
+	}
+	if c.TopicPartitions == 0 || c.TopicPartitions < -1 {
+		return bad("topic-partitions", "must be -1 (broker default) or positive, got %d", c.TopicPartitions)
+	}
+	if c.TopicReplicationFactor == 0 || c.TopicReplicationFactor < -1 || c.TopicReplicationFactor > 32767 {
+		return bad("topic-replication-factor", "must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)
+	}
+	if _, err := columnPreset(c.Columns); err != nil {
+		return bad("columns", "%v", err)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return bad("log-level", "%v", err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return bad("log-format", "must be json or text, got %q", c.LogFormat)
+	}
+	if err := c.replicationConfig().Validate(); err != nil {
+		// replication errors start with the key: "slot: ...".
+		key, rest, _ := strings.Cut(err.Error(), ": ")
+		return &ConfigError{Key: key, Err: errors.New(rest)}
+	}
+	if err := c.sinkConfig().Validate(); err != nil {
+		return classifySinkErr(err)
+	}
+	return nil
+}
+
+func classifySinkErr(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "kafka brokers"):
+		return &ConfigError{Key: "kafka-brokers", Err: err}
+	case strings.HasPrefix(msg, "kafka compression"):
+		return &ConfigError{Key: "compression", Err: err}
+	case strings.HasPrefix(msg, "topic template"):
+		return &ConfigError{Key: "topic", Err: err}
+	}
+	return &ConfigError{Key: "kafka", Err: err}
+}
+
+func columnPreset(name string) (decoder.Columns, error) {
+	switch name {
+	case "", "default":
+		return decoder.DefaultColumns(), nil
+	case "debezium":
+		return decoder.DebeziumColumns(), nil
+	}
+	return decoder.Columns{}, fmt.Errorf("unknown preset %q (use default or debezium)", name)
+}
+
+func (c Config) replicationConfig() replication.Config {
+	return replication.Config{
+		DSN:                 c.PostgresDSN,
+		Slot:                c.Slot,
+		Publication:         c.Publication,
+		Tables:              c.Tables,
+		NoCreateSlot:        !c.CreateSlot,
+		NoCreatePublication: !c.CreatePublication,
+		StatusInterval:      c.StatusInterval,
+		ShutdownTimeout:     c.ShutdownTimeout,
+	}
+}
+
+func (c Config) sinkConfig() sink.Config {
+	return sink.Config{
+		Brokers:                c.KafkaBrokers,
+		Topic:                  c.Topic,
+		Compression:            c.Compression,
+		Linger:                 c.Linger,
+		BatchMaxBytes:          int32(c.BatchMaxBytes),
+		MaxBufferedBytes:       c.MaxBufferedBytes,
+		MaxBufferedRecords:     c.MaxInFlight,
+		DisableCreateTopics:    !c.CreateTopics,
+		TopicPartitions:        int32(c.TopicPartitions),
+		TopicReplicationFactor: int16(c.TopicReplicationFactor),
+	}
+}
+
+func (c Config) decoderConfig() (decoder.Config, error) {
+	cols, err := columnPreset(c.Columns)
+	if err != nil {
+		return decoder.Config{}, err
+	}
+	dc := decoder.Config{}
+	for _, t := range c.Tables {
+		tn, err := replication.ParseTable(t)
+		if err != nil {
+			return decoder.Config{}, err
+		}
+		dc.Tables = append(dc.Tables, decoder.Table{Schema: tn.Schema, Name: tn.Name, Columns: cols})
+	}
+	return dc, nil
+}

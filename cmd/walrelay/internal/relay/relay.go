@@ -1,0 +1,209 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Reconnect backoff bounds.
+const (
+	backoffMin = 500 * time.Millisecond
+	backoffMax = 30 * time.Second
+)
+
+// StartupError is a failure before streaming began: bad prerequisites or an
+// unreachable Postgres or Kafka. walrelay exits on it instead of retrying.
+type StartupError struct{ Err error }
+
+func (e *StartupError) Error() string { return e.Err.Error() }
+func (e *StartupError) Unwrap() error { return e.Err }
+
+// position adapts the tracker and sink to replication.Position.
+type position struct {
+	tr      *checkpoint.Tracker
+	sink    *sink.Sink
+	stopped *atomic.Bool // the pipeline returned: nothing new is produced
+}
+
+func (p position) Watermark() pglogrepl.LSN { return p.tr.Watermark() }
+func (p position) Settled() bool           { return p.stopped.Load() && p.sink.Buffered() == 0 }
+
+// Run runs the relay until ctx is done (then drains and returns nil) or a
+// failure it cannot retry. It reconnects to Postgres with backoff after the
+// stream started once.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	dcfg, err := cfg.decoderConfig()
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+
+	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer snk.Close()
+	pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
+	err = snk.Ping(pctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return &StartupError{fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)}
+	}
+
+	var walEnd atomic.Uint64
+	var ready atomic.Bool
+	stopHTTP, err := serveHTTP(cfg.MetricsAddr, reg, &ready, log)
+	if err != nil {
+		return &StartupError{err}
+	}
+	defer stopHTTP()
+
+	rcfg := cfg.replicationConfig()
+	conn, err := replication.Open(ctx, rcfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return &StartupError{err}
+	}
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: cfg.MaxInFlight}, conn.Start)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return err
+	}
+	if conn.Created {
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", conn.Start.String())
+	}
+
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	if cfg.HeartbeatInterval > 0 {
+		go heartbeat(hbCtx, cfg.PostgresDSN, cfg.HeartbeatInterval, m, log)
+	}
+
+	// Records must survive the graceful drain that follows ctx; they are
+	// failed only when Run returns and the client closes.
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+
+	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, walEnd: &walEnd, ready: &ready}
+	backoff := backoffMin
+	for {
+		start := time.Now()
+		err := r.session(ctx, conn)
+		ready.Store(false)
+		m.ready.Set(0)
+		if ctx.Err() != nil {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		}
+		var de *deliveryError
+		if errors.As(err, &de) || (err != nil && !replication.IsRetryable(err)) {
+			return err
+		}
+		tr.Abort() // the half-read transaction is read again from the slot
+		if time.Since(start) > time.Minute {
+			backoff = backoffMin
+		}
+		cause := "connection"
+		if errors.Is(err, replication.ErrSlotInUse) {
+			cause = "slot_in_use"
+			log.Warn("replication slot is in use by another process; standing by", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
+		} else {
+			log.Warn("replication stream lost; reconnecting", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
+		}
+		m.reconnects.WithLabelValues(cause).Inc()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, backoffMax)
+			conn, err = replication.Open(ctx, rcfg)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			var pe *replication.PrereqError
+			if errors.As(err, &pe) {
+				return err
+			}
+			log.Warn("reconnect to postgres failed", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
+		}
+	}
+}
+
+// deliveryError is a failure of the pipeline (an event that cannot be
+// decoded or produced). It stops the relay; the watermark stays before it.
+type deliveryError struct{ err error }
+
+func (e *deliveryError) Error() string { return e.err.Error() }
+func (e *deliveryError) Unwrap() error { return e.err }
+
+type runner struct {
+	cfg        Config
+	dcfg       decoder.Config
+	log        *slog.Logger
+	m          *metrics
+	sink       *sink.Sink
+	tr         *checkpoint.Tracker
+	produceCtx context.Context
+	walEnd     *atomic.Uint64
+	ready      *atomic.Bool
+}
+
+// session streams over one replication connection until ctx is done, the
+// connection fails, or an event cannot be delivered.
+func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
+	dec, err := decoder.New(r.dcfg)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return err
+	}
+	var stopped atomic.Bool
+	st := conn.NewStream(position{tr: r.tr, sink: r.sink, stopped: &stopped},
+		replication.WithLogger(r.log), replication.WithOnStart(func() {
+			r.ready.Store(true)
+			r.m.ready.Set(1)
+		}))
+	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, m: r.m, produceCtx: r.produceCtx,
+		fatal: make(chan error, 1), walEnd: r.walEnd}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return st.Run(gctx) })
+	g.Go(func() error {
+		defer stopped.Store(true)
+		if err := p.run(gctx, st); err != nil {
+			// Not a connection problem: retrying would hit the same event.
+			return &deliveryError{err}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func newSinkForDoctor(cfg Config) (*sink.Sink, error) { return sink.New(cfg.sinkConfig()) }

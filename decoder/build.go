@@ -1,0 +1,352 @@
+package decoder
+
+import (
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Event construction. Each event owns exactly two fresh allocations in the
+// common case: one string holding ID, AggregateType and EventType (and the
+// header keys), and one byte slice holding AggregateID and Payload (and the
+// header values); events with headers add the []Header. Nothing aliases the
+// input or the decoder's scratch buffers, so the caller may hand the event to
+// other goroutines and keep it after the next Decode.
+
+// columnPoison returns the poison for a mapped column that is not text.
+func columnPoison(m *mapping, role int, v colVal, nullErr error) error {
+	switch v.kind {
+	case colText:
+		return nil
+	case colNull:
+		if nullErr == nil {
+			return nil
+		}
+		return fmt.Errorf("column %q: %w", m.col[role], nullErr)
+	case colUnchanged:
+		return fmt.Errorf("column %q: %w: unchanged TOAST value", m.col[role], ErrUnsupportedValue)
+	default:
+		return fmt.Errorf("column %q: %w: binary format", m.col[role], ErrUnsupportedValue)
+	}
+}
+
+func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output) {
+	m := rel.m
+	out.Kind = KindEvent
+	ev := &out.Event
+	ev.Table, ev.TableName = rel.table, rel.name
+	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
+
+	var poison error
+	setPoison := func(err error) {
+		if poison == nil {
+			poison = err
+		}
+	}
+
+	// Strings: ID, AggregateType, EventType.
+	sb := d.sbuf[:0]
+	var strEnd [3]int
+	for i, role := range [3]int{roleID, roleAggregateType, roleEventType} {
+		v := d.vals[m.idx[role]]
+		if p := columnPoison(m, role, v, ErrNullField); p != nil {
+			setPoison(p)
+		} else {
+			sb = append(sb, v.data...)
+		}
+		strEnd[i] = len(sb)
+	}
+
+	// Key.
+	keyLen, keyOK := -1, false // -1: NULL or unusable
+	key := d.vals[m.idx[roleAggregateID]]
+	if p := columnPoison(m, roleAggregateID, key, ErrNullAggregateID); p != nil {
+		setPoison(p)
+		ev.AggregateIDNull = key.kind == colNull
+	} else if m.typ[roleAggregateID] == oidBytea {
+		if n, ok := byteaLen(key.data); ok {
+			keyLen, keyOK = n, true
+		} else {
+			setPoison(fmt.Errorf("column %q: %w", m.col[roleAggregateID], ErrBadPayload))
+		}
+	} else {
+		keyLen, keyOK = len(key.data), true
+	}
+
+	// Payload.
+	payLen, payOK := -1, false
+	pay := d.vals[m.idx[rolePayload]]
+	if p := columnPoison(m, rolePayload, pay, nil); p != nil {
+		setPoison(p)
+	} else if pay.kind == colText {
+		if m.typ[rolePayload] == oidBytea {
+			if n, ok := byteaLen(pay.data); ok {
+				payLen, payOK = n, true
+			} else {
+				setPoison(fmt.Errorf("column %q: %w", m.col[rolePayload], ErrBadPayload))
+			}
+		} else {
+			payLen, payOK = len(pay.data), true
+		}
+	}
+
+	// Headers: keys go to sb, values to d.hvals.
+	d.hspans = d.hspans[:0]
+	d.hvals = d.hvals[:0]
+	if i := m.idx[roleHeaders]; i >= 0 {
+		v := d.vals[i]
+		if p := columnPoison(m, roleHeaders, v, nil); p != nil {
+			setPoison(p)
+		} else if v.kind == colText && !(len(v.data) == 2 && v.data[0] == '{' && v.data[1] == '}') {
+			doc := v.data
+			ok := true
+			if m.typ[roleHeaders] == oidBytea {
+				if _, ok = byteaLen(doc); ok {
+					d.tmp = decodeBytea(d.tmp[:0], doc)
+					doc = d.tmp
+				}
+			}
+			if ok {
+				sb, ok = d.parseHeaders(sb, doc)
+			}
+			if !ok {
+				setPoison(fmt.Errorf("column %q: %w", m.col[roleHeaders], ErrBadHeaders))
+			}
+		}
+	}
+
+	// Timestamp.
+	if i := m.idx[roleTimestamp]; i >= 0 {
+		v := d.vals[i]
+		if p := columnPoison(m, roleTimestamp, v, nil); p != nil {
+			setPoison(p)
+		} else if v.kind == colText {
+			if t, ok := parseTimestamp(v.data); ok {
+				ev.Timestamp = t
+			} else {
+				setPoison(fmt.Errorf("column %q: %w: %q", m.col[roleTimestamp], ErrBadTimestamp, v.data))
+			}
+		}
+	}
+
+	// Allocate and fill.
+	d.sbuf = sb
+	d.finish(ev, sb, strEnd,
+		key.data, keyLen, keyOK && m.typ[roleAggregateID] == oidBytea,
+		pay.data, payLen, payOK && m.typ[rolePayload] == oidBytea)
+	ev.Poison = poison
+}
+
+// finish allocates the event's string and byte slice and fills the fields.
+// keyLen/payLen < 0 leave AggregateID/Payload nil.
+func (d *Decoder) finish(ev *Event, sb []byte, strEnd [3]int,
+	key []byte, keyLen int, keyBytea bool,
+	pay []byte, payLen int, payBytea bool) {
+	var s string
+	if len(sb) > 0 {
+		s = string(sb)
+	}
+	ev.ID = s[:strEnd[0]]
+	ev.AggregateType = s[strEnd[0]:strEnd[1]]
+	ev.EventType = s[strEnd[1]:strEnd[2]]
+	if len(d.hspans) > 0 {
+		ev.Headers = make([]Header, len(d.hspans))
+		for i, h := range d.hspans {
+			ev.Headers[i].Key = s[h.keyStart:h.keyEnd]
+		}
+	}
+	total := len(d.hvals)
+	if keyLen > 0 {
+		total += keyLen
+	}
+	if payLen > 0 {
+		total += payLen
+	}
+	if keyLen < 0 && payLen < 0 && len(d.hspans) == 0 {
+		return
+	}
+	buf := make([]byte, total)
+	off := 0
+	if keyLen >= 0 {
+		k := buf[off : off+keyLen : off+keyLen]
+		if keyBytea {
+			decodeBytea(k[:0], key)
+		} else {
+			copy(k, key)
+		}
+		ev.AggregateID = k
+		off += keyLen
+	}
+	if payLen >= 0 {
+		p := buf[off : off+payLen : off+payLen]
+		if payBytea {
+			decodeBytea(p[:0], pay)
+		} else {
+			copy(p, pay)
+		}
+		ev.Payload = p
+		off += payLen
+	}
+	if len(d.hspans) > 0 {
+		copy(buf[off:], d.hvals)
+		start := 0
+		for i, h := range d.hspans {
+			ev.Headers[i].Value = buf[off+start : off+h.valEnd : off+h.valEnd]
+			start = h.valEnd
+		}
+	}
+}
+
+// parseHeaders appends the keys of the top-level string entries of the JSON
+// object doc to sb and their values to d.hvals, recording d.hspans. JSON null
+// means no headers. It reports false (recording nothing) when doc is not a
+// valid JSON object.
+func (d *Decoder) parseHeaders(sb, doc []byte) ([]byte, bool) {
+	base := len(sb)
+	o := newJSONObject(doc)
+	for o.next() {
+		if o.m.value[0] != '"' {
+			continue
+		}
+		ks := len(sb)
+		if o.m.keyEscaped {
+			sb = appendJSONUnescaped(sb, o.m.key)
+		} else {
+			sb = append(sb, o.m.key...)
+		}
+		d.hvals = appendJSONString(d.hvals, o.m.value, jsonStringEscaped(o.m.value))
+		d.hspans = append(d.hspans, hdrSpan{keyStart: ks, keyEnd: len(sb), valEnd: len(d.hvals)})
+	}
+	if !o.ok {
+		d.hspans, d.hvals = d.hspans[:0], d.hvals[:0]
+		if isJSONNull(doc) {
+			return sb[:base], true
+		}
+		return sb[:base], false
+	}
+	return sb, true
+}
+
+// Message field names of a tableless outbox event.
+const (
+	fieldID            = "id"
+	fieldAggregateType = "aggregate_type"
+	fieldAggregateID   = "aggregate_id"
+	fieldEventType     = "event_type"
+	fieldPayload       = "payload"
+	fieldHeaders       = "headers"
+)
+
+// messageEvent decodes the JSON content of a tableless outbox message.
+func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Output) {
+	out.Kind = KindEvent
+	ev := &out.Event
+	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
+
+	var fields [numRoles][]byte // raw JSON values, nil when absent
+	o := newJSONObject(content)
+	for o.next() {
+		key := o.m.key
+		if o.m.keyEscaped {
+			d.tmp = appendJSONUnescaped(d.tmp[:0], key)
+			key = d.tmp
+		}
+		switch string(key) {
+		case fieldID:
+			fields[roleID] = o.m.value
+		case fieldAggregateType:
+			fields[roleAggregateType] = o.m.value
+		case fieldAggregateID:
+			fields[roleAggregateID] = o.m.value
+		case fieldEventType:
+			fields[roleEventType] = o.m.value
+		case fieldPayload:
+			fields[rolePayload] = o.m.value
+		case fieldHeaders:
+			fields[roleHeaders] = o.m.value
+		}
+	}
+	if !o.ok {
+		// Not a JSON object: keep the content as the payload so that a
+		// dead-letter record carries it.
+		ev.Payload = append([]byte(nil), content...)
+		if ev.Payload == nil {
+			ev.Payload = []byte{}
+		}
+		ev.Poison = fmt.Errorf("%w: not a JSON object", ErrBadMessage)
+		return
+	}
+
+	var poison error
+	setPoison := func(err error) {
+		if poison == nil {
+			poison = err
+		}
+	}
+	names := [numRoles]string{fieldID, fieldAggregateType, fieldAggregateID, fieldEventType, fieldPayload, fieldHeaders, ""}
+
+	// Strings: id (string or number), aggregate_type, event_type (strings).
+	sb := d.sbuf[:0]
+	var strEnd [3]int
+	for i, role := range [3]int{roleID, roleAggregateType, roleEventType} {
+		v := fields[role]
+		switch {
+		case v == nil || v[0] == 'n':
+			setPoison(fmt.Errorf("field %q: %w", names[role], ErrNullField))
+		case v[0] == '"':
+			sb = appendJSONString(sb, v, jsonStringEscaped(v))
+		case role == roleID && (v[0] == '-' || isDigit(v[0])):
+			sb = append(sb, v...)
+		default:
+			setPoison(fmt.Errorf("field %q: %w: want a string", names[role], ErrBadMessage))
+		}
+		strEnd[i] = len(sb)
+	}
+
+	// Key (string or number) and payload go to d.tmp first: unescaping needs
+	// a pass to know the length.
+	tmp := d.tmp[:0]
+	keyLen := -1
+	switch v := fields[roleAggregateID]; {
+	case v == nil || v[0] == 'n':
+		ev.AggregateIDNull = true
+		setPoison(fmt.Errorf("field %q: %w", fieldAggregateID, ErrNullAggregateID))
+	case v[0] == '"':
+		tmp = appendJSONString(tmp, v, jsonStringEscaped(v))
+		keyLen = len(tmp)
+	case v[0] == '-' || isDigit(v[0]):
+		tmp = append(tmp, v...)
+		keyLen = len(tmp)
+	default:
+		setPoison(fmt.Errorf("field %q: %w: want a string or number", fieldAggregateID, ErrBadMessage))
+	}
+	payLen := -1
+	switch v := fields[rolePayload]; {
+	case v == nil || v[0] == 'n':
+	case v[0] == '"':
+		n := len(tmp)
+		tmp = appendJSONString(tmp, v, jsonStringEscaped(v))
+		payLen = len(tmp) - n
+	default:
+		tmp = append(tmp, v...)
+		payLen = len(tmp) - max(keyLen, 0)
+	}
+	d.tmp = tmp
+
+	d.hspans = d.hspans[:0]
+	d.hvals = d.hvals[:0]
+	if v := fields[roleHeaders]; v != nil && v[0] != 'n' {
+		ok := v[0] == '{'
+		if ok {
+			sb, ok = d.parseHeaders(sb, v)
+		}
+		if !ok {
+			setPoison(fmt.Errorf("field %q: %w", fieldHeaders, ErrBadHeaders))
+		}
+	}
+
+	d.sbuf = sb
+	k := max(keyLen, 0)
+	d.finish(ev, sb, strEnd, tmp[:k], keyLen, false, tmp[k:], payLen, false)
+	ev.Poison = poison
+}

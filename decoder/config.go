@@ -1,0 +1,169 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultHeartbeatPrefix is the logical message prefix of walrelay heartbeats
+// (Config.HeartbeatPrefix when left empty).
+const DefaultHeartbeatPrefix = "walrelay.heartbeat"
+
+// DefaultSchema is the schema of a Table whose Schema is empty.
+const DefaultSchema = "public"
+
+// Columns names the columns of an outbox table, as stored in the catalog
+// (case-sensitive; an unquoted identifier is lowercase). ID, AggregateType,
+// AggregateID, EventType and Payload are required; Headers and Timestamp are
+// optional ("" = not mapped). Several fields may name the same column.
+type Columns struct {
+	// ID identifies the event (uuid, text, or anything with a text form).
+	ID string
+	// AggregateType is used in topic names.
+	AggregateType string
+	// AggregateID is the record key (bytea is decoded to raw bytes, any other
+	// type is taken as its text).
+	AggregateID string
+	// EventType names the event.
+	EventType string
+	// Payload is the record value: bytea is decoded to raw bytes; jsonb, json,
+	// text and any other type are taken as their text.
+	Payload string
+	// Headers is a JSON object (jsonb, json or text); its top-level string
+	// entries become record headers.
+	Headers string
+	// Timestamp is a timestamptz or timestamp (taken as UTC) column; the
+	// record timestamp when set, else the commit time is used.
+	Timestamp string
+}
+
+// DefaultColumns returns the column names of walrelay's default outbox table:
+// id, aggregate_type, aggregate_id, event_type, payload, headers; no timestamp
+// column is mapped (records carry the commit time).
+func DefaultColumns() Columns {
+	return Columns{
+		ID:            "id",
+		AggregateType: "aggregate_type",
+		AggregateID:   "aggregate_id",
+		EventType:     "event_type",
+		Payload:       "payload",
+		Headers:       "headers",
+	}
+}
+
+// DebeziumColumns returns the column names of a table built for Debezium's
+// outbox event router: id, aggregatetype, aggregateid, type, payload; no
+// headers or timestamp column.
+func DebeziumColumns() Columns {
+	return Columns{
+		ID:            "id",
+		AggregateType: "aggregatetype",
+		AggregateID:   "aggregateid",
+		EventType:     "type",
+		Payload:       "payload",
+	}
+}
+
+// Table is one outbox table.
+type Table struct {
+	// Schema defaults to "public".
+	Schema string
+	// Name is required.
+	Name string
+	// Columns defaults to DefaultColumns() when it is the zero value.
+	Columns Columns
+}
+
+// Config configures a Decoder.
+type Config struct {
+	// Tables are the outbox tables; at least one unless MessagePrefix is set.
+	// INSERTs into other tables of the publication are reported as ignored.
+	Tables []Table
+	// HeartbeatPrefix is the logical message prefix of heartbeats; default
+	// DefaultHeartbeatPrefix.
+	HeartbeatPrefix string
+	// MessagePrefix is the logical message prefix of tableless outbox events
+	// (pg_logical_emit_message(true, prefix, json)); "" disables them.
+	MessagePrefix string
+}
+
+// Validate reports the first problem with the configuration. Empty fields
+// that have defaults are valid.
+func (c Config) Validate() error {
+	_, err := c.normalized()
+	return err
+}
+
+// normalized returns the configuration with defaults applied, or the reason
+// it is invalid.
+func (c Config) normalized() (Config, error) {
+	n := Config{
+		Tables:          make([]Table, len(c.Tables)),
+		HeartbeatPrefix: c.HeartbeatPrefix,
+		MessagePrefix:   c.MessagePrefix,
+	}
+	if n.HeartbeatPrefix == "" {
+		n.HeartbeatPrefix = DefaultHeartbeatPrefix
+	}
+	if len(c.Tables) == 0 && c.MessagePrefix == "" {
+		return Config{}, errors.New("decoder config: no outbox tables and no message prefix")
+	}
+	if n.MessagePrefix == n.HeartbeatPrefix {
+		return Config{}, fmt.Errorf("decoder config: message prefix %q is also the heartbeat prefix", n.MessagePrefix)
+	}
+	seen := make(map[[2]string]bool, len(c.Tables))
+	for i, t := range c.Tables {
+		if t.Schema == "" {
+			t.Schema = DefaultSchema
+		}
+		if t.Name == "" {
+			return Config{}, fmt.Errorf("decoder config: table %d: empty name", i)
+		}
+		if t.Columns == (Columns{}) {
+			t.Columns = DefaultColumns()
+		}
+		for _, f := range t.Columns.fields() {
+			if f.required && f.column == "" {
+				return Config{}, fmt.Errorf("decoder config: table %s.%s: column %s is required", t.Schema, t.Name, f.name)
+			}
+		}
+		k := [2]string{t.Schema, t.Name}
+		if seen[k] {
+			return Config{}, fmt.Errorf("decoder config: table %s.%s listed twice", t.Schema, t.Name)
+		}
+		seen[k] = true
+		n.Tables[i] = t
+	}
+	return n, nil
+}
+
+// field roles, in the order poison is checked.
+const (
+	roleID = iota
+	roleAggregateType
+	roleAggregateID
+	roleEventType
+	rolePayload
+	roleHeaders
+	roleTimestamp
+	numRoles
+)
+
+type columnField struct {
+	name     string // Columns field name
+	column   string // configured column name
+	required bool
+}
+
+// fields lists the configured columns indexed by role.
+func (c Columns) fields() [numRoles]columnField {
+	return [numRoles]columnField{
+		roleID:            {"ID", c.ID, true},
+		roleAggregateType: {"AggregateType", c.AggregateType, true},
+		roleAggregateID:   {"AggregateID", c.AggregateID, true},
+		roleEventType:     {"EventType", c.EventType, true},
+		rolePayload:       {"Payload", c.Payload, true},
+		roleHeaders:       {"Headers", c.Headers, false},
+		roleTimestamp:     {"Timestamp", c.Timestamp, false},
+	}
+}

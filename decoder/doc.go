@@ -1,0 +1,41 @@
+// Package decoder turns the messages of a Postgres logical replication
+// stream, as produced by the pgoutput plugin with proto_version 1,
+// messages 'true', no streaming and no binary, into walrelay events.
+//
+// A Decoder is fed the WALData of each XLogData, in order, with the XLogData's
+// walStart. It decodes the pgoutput v1 wire format itself, with a bounds
+// check on every read (pglogrepl's parser panics on malformed input), keeps
+// a cache of Relation messages, resolves the configured outbox columns of each
+// outbox table, and reports one Output per message:
+//
+//   - Begin and Commit frame a transaction (KindBegin, KindCommit). Commit
+//     carries the transaction's end LSN, the only position to confirm.
+//   - An INSERT into a configured outbox table, or a transactional logical
+//     message with the configured MessagePrefix, is an outbox event
+//     (KindEvent).
+//   - A logical message with the heartbeat prefix is a heartbeat
+//     (KindHeartbeat).
+//   - UPDATE, DELETE and TRUNCATE of outbox tables, changes of other tables
+//     and foreign or non-transactional messages are reported, not dropped
+//     (KindIgnored, with a Reason).
+//   - Relation, Type and Origin messages only update state (KindNone).
+//
+// # Invariants
+//
+//   - Pure and synchronous: no I/O, no goroutines, no logging, no context.
+//     A Decoder is not safe for concurrent use.
+//   - Decode never panics, whatever the bytes. Every problem with the stream
+//     (truncation, unknown message types or relations, Begin inside or Commit
+//     outside a transaction, a mapped column missing from a Relation) is a
+//     *DecodeError wrapping an exported sentinel; the caller must stop, and
+//     call Reset before decoding a new replication session.
+//   - A problem with the values of one event (NULL aggregate id, bad headers,
+//     invalid bytea, ...) is never an error and never drops the event: the
+//     event is returned with Event.Poison set, for the caller to dead-letter
+//     or stop on.
+//   - KindEvent is only produced inside a transaction, and an event's LSN,
+//     XID and CommitTime are those of its change and its transaction.
+//   - Decode never retains its input, and nothing in an Output aliases it.
+//     Each event's strings and byte slices are fresh allocations that the
+//     caller may keep; the Output itself and its Content buffer are reused.
+package decoder

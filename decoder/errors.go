@@ -1,0 +1,105 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Stream-level errors. Decode returns them wrapped in a *DecodeError; the
+// stream cannot be trusted past such an error, so the caller stops (and, after
+// reconnecting, calls Reset). Test with errors.Is.
+var (
+	// ErrTruncated: the message ends before a field it declares.
+	ErrTruncated = errors.New("truncated message")
+	// ErrUnknownMessage: the message type byte is not one of pgoutput v1's
+	// (or the message is empty of meaning to this decoder, e.g. streaming).
+	ErrUnknownMessage = errors.New("unknown message type")
+	// ErrUnknownRelation: a change refers to a relation ID for which no
+	// Relation message was seen since the decoder was created or Reset.
+	ErrUnknownRelation = errors.New("unknown relation")
+	// ErrMissingColumn: a Relation message for a configured outbox table lacks
+	// a mapped column (dropped, renamed, or excluded by a publication column
+	// list). The error is a *MissingColumnError.
+	ErrMissingColumn = errors.New("mapped column missing")
+	// ErrProtocol: the bytes or the message sequence break pgoutput's rules
+	// (Begin inside a transaction, Commit or a change outside one, a negative
+	// length, an unknown tuple column kind, trailing bytes, ...).
+	ErrProtocol = errors.New("protocol violation")
+)
+
+// Value-level errors. They never come back from Decode: they are set as
+// Event.Poison (wrapped with the column or field name) and the event is still
+// returned, so that the caller dead-letters it or stops, but never skips it.
+var (
+	// ErrNullAggregateID: the aggregate id (the record key) is NULL or absent.
+	ErrNullAggregateID = errors.New("aggregate id is null")
+	// ErrNullField: the id, aggregate type or event type is NULL or absent.
+	ErrNullField = errors.New("required field is null")
+	// ErrBadHeaders: the headers value is not a JSON object (JSON null counts
+	// as no headers).
+	ErrBadHeaders = errors.New("headers are not a JSON object")
+	// ErrBadPayload: a bytea value is not valid Postgres hex or escape output.
+	ErrBadPayload = errors.New("invalid bytea value")
+	// ErrBadTimestamp: the mapped timestamp column's text is not a timestamp
+	// this decoder understands (ISO DateStyle output between years 1 and 9999;
+	// infinity and BC dates are rejected).
+	ErrBadTimestamp = errors.New("invalid timestamp")
+	// ErrBadMessage: a tableless outbox message's content is not a JSON object
+	// or one of its fields has the wrong JSON type.
+	ErrBadMessage = errors.New("invalid outbox message content")
+	// ErrUnsupportedValue: a mapped column arrived as an unchanged TOAST
+	// pointer ('u') or in binary format ('b'), neither of which an INSERT with
+	// text output can carry.
+	ErrUnsupportedValue = errors.New("unsupported column value")
+)
+
+// DecodeError is the error Decode returns. It says where in the stream and
+// where in the message decoding stopped; Err wraps one of the stream-level
+// sentinels above.
+type DecodeError struct {
+	// LSN is the walStart passed to Decode.
+	LSN pglogrepl.LSN
+	// Type is the message type byte ('I', 'R', ...), 0 for an empty message.
+	Type byte
+	// Offset is the byte offset in the message where the problem was found.
+	Offset int
+	Err    error
+}
+
+// Error describes the failure, e.g.
+// "decode pgoutput 'I' at 0/16B3748 offset 12: truncated message".
+func (e *DecodeError) Error() string {
+	t := "empty"
+	if e.Type != 0 {
+		if e.Type >= 0x20 && e.Type < 0x7f {
+			t = fmt.Sprintf("'%c'", e.Type)
+		} else {
+			t = fmt.Sprintf("0x%02x", e.Type)
+		}
+	}
+	return fmt.Sprintf("decode pgoutput %s at %s offset %d: %v", t, e.LSN, e.Offset, e.Err)
+}
+
+// Unwrap returns the wrapped error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// MissingColumnError names the outbox table and the configured column that a
+// Relation message lacks. It wraps ErrMissingColumn.
+type MissingColumnError struct {
+	// Table is "schema.table".
+	Table string
+	// Column is the configured column name.
+	Column string
+	// Field is the Columns field it is configured as (e.g. "AggregateID").
+	Field string
+}
+
+// Error describes the missing column and how it is mapped.
+func (e *MissingColumnError) Error() string {
+	return fmt.Sprintf("%v: table %s has no column %q (mapped as %s)", ErrMissingColumn, e.Table, e.Column, e.Field)
+}
+
+// Unwrap returns ErrMissingColumn.
+func (e *MissingColumnError) Unwrap() error { return ErrMissingColumn }

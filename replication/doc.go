@@ -1,0 +1,17 @@
+// Package replication owns the logical replication connection to Postgres:
+// it checks the prerequisites, ensures the publication and the persistent
+// pgoutput slot exist, streams pgoutput messages from the slot's confirmed
+// position, answers keepalives and reports the confirmed position.
+//
+// Invariants:
+//   - one goroutine (the one running Stream.Run) uses the connection;
+//   - the only position ever reported as flushed is the one the caller's
+//     Position hands over (the checkpoint watermark); write, flush and apply
+//     positions are always set explicitly, and a reported position never goes
+//     down;
+//   - every receive has a deadline, a keepalive that requests a reply is
+//     answered at once, and status updates also go out on a timer, so the
+//     walsender never times the connection out while walrelay waits on Kafka;
+//   - memory is bounded: the stream reads WAL only into a fixed pool of
+//     batches; when the consumer does not release them, it stops reading.
+package replication

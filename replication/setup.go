@@ -1,0 +1,412 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Config configures the replication connection. Zero values take the
+// documented defaults.
+type Config struct {
+	// DSN is an ordinary libpq URL or key=value DSN; replication=database is
+	// added. Required.
+	DSN string
+	// Slot is the replication slot name. Default "walrelay".
+	Slot string
+	// Publication is the publication name. Default "walrelay".
+	Publication string
+	// Tables are the outbox tables, "schema.name" (schema defaults to public).
+	Tables []string
+	// CreateSlot creates the slot when missing. Default true (set
+	// NoCreateSlot to refuse instead).
+	NoCreateSlot bool
+	// NoCreatePublication refuses to start when the publication is missing
+	// instead of creating it.
+	NoCreatePublication bool
+	// Messages streams logical decoding messages (pg_logical_emit_message);
+	// needed for heartbeats and the tableless outbox. Default true (set
+	// NoMessages to turn off).
+	NoMessages bool
+	// StatusInterval is how often a moved watermark is reported. Default 1s.
+	StatusInterval time.Duration
+	// KeepaliveInterval is the longest time between two status updates,
+	// moved or not. Default 10s.
+	KeepaliveInterval time.Duration
+	// ShutdownTimeout bounds the drain after the stream is asked to stop.
+	// Default 30s.
+	ShutdownTimeout time.Duration
+	// Batches and BatchBytes size the read-ahead pool: at most Batches
+	// batches of about BatchBytes each are read and not yet released.
+	// Defaults 8 and 256 KiB.
+	Batches    int
+	BatchBytes int
+}
+
+func (c *Config) setDefaults() {
+	if c.Slot == "" {
+		c.Slot = "walrelay"
+	}
+	if c.Publication == "" {
+		c.Publication = "walrelay"
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.KeepaliveInterval == 0 {
+		c.KeepaliveInterval = 10 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Batches == 0 {
+		c.Batches = 8
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = 256 << 10
+	}
+}
+
+// Validate reports a configuration that cannot work, naming the key.
+func (c Config) Validate() error {
+	if c.DSN == "" {
+		return errors.New("postgres-dsn: required (set --postgres-dsn or WALRELAY_POSTGRES_DSN)")
+	}
+	if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+		return fmt.Errorf("postgres-dsn: %w", err)
+	}
+	for _, n := range []struct{ key, v string }{{"slot", c.Slot}, {"publication", c.Publication}} {
+		if n.v == "" {
+			continue
+		}
+		if err := validIdent(n.v); err != nil {
+			return fmt.Errorf("%s: %w", n.key, err)
+		}
+	}
+	if n := c.Slot; n != "" {
+		for _, r := range n {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_'", n)
+			}
+		}
+	}
+	for _, t := range c.Tables {
+		if _, err := ParseTable(t); err != nil {
+			return fmt.Errorf("table: %w", err)
+		}
+	}
+	if c.StatusInterval < 0 || c.KeepaliveInterval < 0 || c.ShutdownTimeout < 0 || c.Batches < 0 || c.BatchBytes < 0 {
+		return errors.New("replication intervals and sizes must not be negative")
+	}
+	return nil
+}
+
+func validIdent(s string) error {
+	if len(s) > 63 {
+		return fmt.Errorf("%q is longer than 63 bytes", s)
+	}
+	if strings.ContainsRune(s, 0) {
+		return fmt.Errorf("%q contains a NUL byte", s)
+	}
+	return nil
+}
+
+// TableName is a schema-qualified table.
+type TableName struct{ Schema, Name string }
+
+// ParseTable parses "schema.name" or "name" (schema public). Names are taken
+// literally (case-sensitive, no quoting).
+func ParseTable(s string) (TableName, error) {
+	schema, name, ok := strings.Cut(s, ".")
+	if !ok {
+		schema, name = "public", s
+	}
+	if schema == "" || name == "" || strings.Contains(name, ".") {
+		return TableName{}, fmt.Errorf("%q is not schema.table", s)
+	}
+	if err := validIdent(schema); err != nil {
+		return TableName{}, err
+	}
+	if err := validIdent(name); err != nil {
+		return TableName{}, err
+	}
+	return TableName{schema, name}, nil
+}
+
+// String returns "schema.name".
+func (t TableName) String() string { return t.Schema + "." + t.Name }
+
+// Quoted returns the table as a quoted SQL identifier.
+func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// PrereqError is a missing prerequisite, with what to do about it.
+type PrereqError struct {
+	Check   string // short name: wal_level, privilege, table, publication, slot
+	Problem string
+	Fix     string
+}
+
+func (e *PrereqError) Error() string {
+	return fmt.Sprintf("%s: %s; fix: %s", e.Check, e.Problem, e.Fix)
+}
+
+// ErrSlotInUse reports that another process streams from the slot.
+var ErrSlotInUse = errors.New("replication slot is in use by another process")
+
+// IsRetryable reports whether err is worth a reconnect with backoff (lost
+// connection, server restart, slot in use) rather than a stop.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *PrereqError
+	if errors.As(err, &pe) {
+		return false
+	}
+	if errors.Is(err, ErrSlotInUse) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "57P"),  // admin/crash shutdown, cannot connect now
+			strings.HasPrefix(pgErr.Code, "53"),   // insufficient resources (too many connections)
+			pgErr.Code == "55006":                 // object in use
+			return true
+		}
+		return false
+	}
+	// Network errors, EOF, timeouts: the connection is gone.
+	return !errors.Is(err, context.Canceled)
+}
+
+// Conn is an open replication connection positioned at a slot. Use it from
+// one goroutine.
+type Conn struct {
+	cfg    Config
+	tables []TableName
+	conn   *pgconn.PgConn
+
+	// Start is the slot's confirmed_flush_lsn when the connection opened:
+	// streaming resumes from there.
+	Start pglogrepl.LSN
+	// Created reports that Open created the slot.
+	Created bool
+}
+
+// Open connects with replication=database, checks the prerequisites, creates
+// the publication and slot when missing (as configured) and reads the slot's
+// confirmed position. Prerequisite failures are *PrereqError.
+func Open(ctx context.Context, cfg Config) (*Conn, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Conn{cfg: cfg}
+	for _, t := range cfg.Tables {
+		tn, _ := ParseTable(t)
+		c.tables = append(c.tables, tn)
+	}
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres-dsn: %w", err)
+	}
+	if pc.RuntimeParams == nil {
+		pc.RuntimeParams = map[string]string{}
+	}
+	pc.RuntimeParams["replication"] = "database"
+	if pc.RuntimeParams["application_name"] == "" {
+		pc.RuntimeParams["application_name"] = "walrelay"
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	c.conn = conn
+	if err := c.setup(ctx); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close(ctx context.Context) error { return c.conn.Close(ctx) }
+
+func (c *Conn) query(ctx context.Context, sql string) ([][][]byte, error) {
+	res, err := c.conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[len(res)-1].Rows, res[len(res)-1].Err
+}
+
+func (c *Conn) lit(s string) (string, error) {
+	esc, err := c.conn.EscapeString(s)
+	if err != nil {
+		return "", err
+	}
+	return "'" + esc + "'", nil
+}
+
+func (c *Conn) setup(ctx context.Context) error {
+	if err := c.checkServer(ctx); err != nil {
+		return err
+	}
+	for _, t := range c.tables {
+		if err := c.checkTable(ctx, t); err != nil {
+			return err
+		}
+	}
+	if err := c.ensurePublication(ctx); err != nil {
+		return err
+	}
+	return c.ensureSlot(ctx)
+}
+
+func (c *Conn) checkServer(ctx context.Context) error {
+	rows, err := c.query(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, "+
+		"(SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user), current_user")
+	if err != nil {
+		return fmt.Errorf("check server settings: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 4 {
+		return errors.New("check server settings: unexpected result")
+	}
+	walLevel, version, canReplicate, user := string(rows[0][0]), string(rows[0][1]), string(rows[0][2]), string(rows[0][3])
+	if walLevel != "logical" {
+		return &PrereqError{Check: "wal_level", Problem: fmt.Sprintf("wal_level is %q, logical decoding needs \"logical\"", walLevel),
+			Fix: "run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) and restart Postgres"}
+	}
+	if v := version; len(v) < 6 || v < "140000" {
+		return &PrereqError{Check: "server_version", Problem: "Postgres " + v + " is too old",
+			Fix: "use Postgres 14 or newer (pgoutput messages need 14)"}
+	}
+	if canReplicate != "t" {
+		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
+			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
+	}
+	return nil
+}
+
+func (c *Conn) checkTable(ctx context.Context, t TableName) error {
+	ls, err := c.lit(t.Quoted())
+	if err != nil {
+		return err
+	}
+	rows, err := c.query(ctx, "SELECT to_regclass("+ls+") IS NOT NULL")
+	if err != nil {
+		return fmt.Errorf("check table %s: %w", t, err)
+	}
+	if len(rows) != 1 || string(rows[0][0]) != "t" {
+		return &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
+			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table", t)}
+	}
+	return nil
+}
+
+func (c *Conn) ensurePublication(ctx context.Context) error {
+	pub, err := c.lit(c.cfg.Publication)
+	if err != nil {
+		return err
+	}
+	rows, err := c.query(ctx, "SELECT 1 FROM pg_publication WHERE pubname = "+pub)
+	if err != nil {
+		return fmt.Errorf("look up publication: %w", err)
+	}
+	ident := pgx.Identifier{c.cfg.Publication}.Sanitize()
+	if len(rows) == 0 {
+		if c.cfg.NoCreatePublication {
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
+				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert');", ident, c.quotedTables())}
+		}
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", ident, c.quotedTables())
+		if _, err := c.query(ctx, sql); err != nil {
+			return fmt.Errorf("create publication %s: %w", c.cfg.Publication, err)
+		}
+		return nil
+	}
+	// The publication exists: every outbox table must be in it.
+	rows, err = c.query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = "+pub)
+	if err != nil {
+		return fmt.Errorf("list publication tables: %w", err)
+	}
+	have := map[TableName]bool{}
+	for _, r := range rows {
+		have[TableName{string(r[0]), string(r[1])}] = true
+	}
+	for _, t := range c.tables {
+		if !have[t] {
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not include table %s", c.cfg.Publication, t),
+				Fix: fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s;", ident, t.Quoted())}
+		}
+	}
+	return nil
+}
+
+func (c *Conn) quotedTables() string {
+	q := make([]string, len(c.tables))
+	for i, t := range c.tables {
+		q[i] = t.Quoted()
+	}
+	return strings.Join(q, ", ")
+}
+
+func (c *Conn) ensureSlot(ctx context.Context) error {
+	slot, err := c.lit(c.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	q := "SELECT plugin, slot_type, database = current_database(), coalesce(confirmed_flush_lsn::text, ''), coalesce(wal_status, '') " +
+		"FROM pg_replication_slots WHERE slot_name = " + slot
+	rows, err := c.query(ctx, q)
+	if err != nil {
+		return fmt.Errorf("look up slot: %w", err)
+	}
+	if len(rows) == 0 {
+		if c.cfg.NoCreateSlot {
+			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
+				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or allow walrelay to create it", slot)}
+		}
+		res, err := pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		if err != nil {
+			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+		}
+		lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+		if err != nil {
+			return fmt.Errorf("create slot %s: consistent point: %w", c.cfg.Slot, err)
+		}
+		c.Start, c.Created = lsn, true
+		return nil
+	}
+	r := rows[0]
+	plugin, typ, sameDB, confirmed, walStatus := string(r[0]), string(r[1]), string(r[2]), string(r[3]), string(r[4])
+	switch {
+	case typ != "logical" || plugin != "pgoutput":
+		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is a %s slot with plugin %q, not a pgoutput logical slot", c.cfg.Slot, typ, plugin),
+			Fix: "choose another --slot, or drop that slot"}
+	case sameDB != "t":
+		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q belongs to another database", c.cfg.Slot),
+			Fix: "connect to the slot's database, or choose another --slot"}
+	case walStatus == "lost":
+		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
+			Fix: "reconcile the outbox rows written since the slot's confirmed position, then drop and recreate the slot (SELECT pg_drop_replication_slot(...)); raise max_slot_wal_keep_size"}
+	}
+	lsn, err := pglogrepl.ParseLSN(confirmed)
+	if err != nil {
+		return fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", c.cfg.Slot, confirmed, err)
+	}
+	c.Start = lsn
+	return nil
+}

@@ -1,0 +1,339 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// receiveWait bounds one receive, so a stop request is noticed promptly.
+const receiveWait = 250 * time.Millisecond
+
+// Message is one message of the replication stream.
+type Message struct {
+	// WALStart is the WAL position of an XLogData message.
+	WALStart pglogrepl.LSN
+	// ServerWALEnd is the server's WAL end when the message was sent.
+	ServerWALEnd pglogrepl.LSN
+	// Keepalive marks a keepalive: Data is nil, and ServerWALEnd is a
+	// position the server has sent everything up to.
+	Keepalive bool
+	// Data is the pgoutput message. It is valid only until the batch holding
+	// it is released.
+	Data []byte
+}
+
+// Batch is a run of consecutive stream messages. The consumer must hand it
+// back with Stream.Release once done with it.
+type Batch struct {
+	Msgs []Message
+	buf  []byte
+}
+
+func (b *Batch) reset() {
+	b.Msgs = b.Msgs[:0]
+	b.buf = b.buf[:0]
+}
+
+// Position is what the stream reports to Postgres.
+type Position interface {
+	// Watermark returns the LSN safe to confirm as flushed.
+	Watermark() pglogrepl.LSN
+	// Settled reports that nothing handed downstream is still waiting for
+	// Kafka: the watermark will not move any more by itself.
+	Settled() bool
+}
+
+// Stream reads the replication stream of a Conn. Run and Release are its only
+// methods meant to be used concurrently: Run on one goroutine, Release from
+// the consumer.
+type Stream struct {
+	conn *Conn
+	pos  Position
+	log  *slog.Logger
+	free chan *Batch
+	out  chan *Batch
+
+	onStart      func()
+	lastSent     pglogrepl.LSN
+	lastSentAt   time.Time
+	serverWALEnd pglogrepl.LSN
+}
+
+// StreamOption sets an optional collaborator.
+type StreamOption func(*Stream)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) StreamOption { return func(s *Stream) { s.log = l } }
+
+// WithOnStart sets a function called once streaming has started.
+func WithOnStart(fn func()) StreamOption { return func(s *Stream) { s.onStart = fn } }
+
+// NewStream prepares a stream over c that reports pos. It allocates the batch
+// pool; it starts nothing.
+func (c *Conn) NewStream(pos Position, opts ...StreamOption) *Stream {
+	n := c.cfg.Batches
+	s := &Stream{
+		conn:     c,
+		pos:      pos,
+		log:      slog.Default(),
+		free:     make(chan *Batch, n),
+		out:      make(chan *Batch, n),
+		lastSent: c.Start,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := 0; i < n; i++ {
+		s.free <- &Batch{buf: make([]byte, 0, c.cfg.BatchBytes)}
+	}
+	return s
+}
+
+// Batches returns the channel of filled batches, in stream order. It is
+// closed when Run returns.
+func (s *Stream) Batches() <-chan *Batch { return s.out }
+
+// Release hands a consumed batch back to the pool. Safe to call from any
+// goroutine.
+func (s *Stream) Release(b *Batch) {
+	b.reset()
+	s.free <- b
+}
+
+// ServerWALEnd returns the server WAL end last seen. Only meaningful on the
+// Run goroutine or after Run returned.
+func (s *Stream) ServerWALEnd() pglogrepl.LSN { return s.serverWALEnd }
+
+// Run starts streaming from the slot's confirmed position and returns when
+// ctx is done or the connection fails. When ctx is done it stops reading,
+// waits (up to Config.ShutdownTimeout) until the Position is settled, reports
+// the final watermark, and returns nil. Run closes the connection before it
+// returns.
+func (s *Stream) Run(ctx context.Context) (err error) {
+	defer close(s.out)
+	c := s.conn
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+
+	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(c.cfg.Publication, "'", "''"))}
+	if !c.cfg.NoMessages {
+		args = append(args, "messages 'true'")
+	}
+	// Start position 0: the server resumes from the slot's confirmed_flush_lsn.
+	if err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+			return fmt.Errorf("start replication on slot %s: %w: %s", c.cfg.Slot, ErrSlotInUse, pgErr.Message)
+		}
+		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
+	}
+	s.log.Info("streaming", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "lsn", c.Start.String())
+	if s.onStart != nil {
+		s.onStart()
+	}
+
+	if err := s.stream(ctx); err != nil {
+		return err
+	}
+	return s.drain()
+}
+
+// stream reads until ctx is done (nil) or the connection fails.
+func (s *Stream) stream(ctx context.Context) error {
+	var cur *Batch
+	flush := func() {
+		if cur != nil && len(cur.Msgs) > 0 {
+			s.out <- cur // never blocks: out holds as many batches as the pool
+			cur = nil
+		}
+	}
+	defer func() {
+		if cur != nil {
+			s.Release(cur)
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			flush()
+			return nil
+		}
+		if err := s.maybeSendStatus(false); err != nil {
+			return err
+		}
+		if cur == nil {
+			b, err := s.acquire(ctx)
+			if err != nil {
+				return err
+			}
+			if b == nil { // ctx done while waiting
+				return nil
+			}
+			cur = b
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), receiveWait)
+		raw, err := s.conn.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) {
+				flush()
+				continue
+			}
+			return fmt.Errorf("receive from postgres: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				return errors.New("receive from postgres: empty CopyData")
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				if ka.ServerWALEnd > s.serverWALEnd {
+					s.serverWALEnd = ka.ServerWALEnd
+				}
+				cur.Msgs = append(cur.Msgs, Message{Keepalive: true, ServerWALEnd: ka.ServerWALEnd})
+				flush()
+				if ka.ReplyRequested {
+					if err := s.maybeSendStatus(true); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse xlogdata: %w", err)
+				}
+				if xld.ServerWALEnd > s.serverWALEnd {
+					s.serverWALEnd = xld.ServerWALEnd
+				}
+				// Copy out of pgconn's read buffer, which the next receive reuses.
+				start := len(cur.buf)
+				cur.buf = append(cur.buf, xld.WALData...)
+				cur.Msgs = append(cur.Msgs, Message{WALStart: xld.WALStart, ServerWALEnd: xld.ServerWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
+				// A commit ends a transaction: hand it over now for latency;
+				// otherwise fill the batch.
+				if xld.WALData[0] == 'C' || len(cur.buf) >= cap(cur.buf) || len(cur.Msgs) >= 4096 {
+					flush()
+				}
+			default:
+				return fmt.Errorf("receive from postgres: unknown CopyData type %q", msg.Data[0])
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream: server ended the stream (CopyDone)")
+		default:
+			return fmt.Errorf("replication stream: unexpected message %T", raw)
+		}
+	}
+}
+
+// acquire takes a free batch, reporting status while the consumer holds all
+// of them (that is the backpressure: no WAL is read meanwhile). It returns nil
+// when ctx is done.
+func (s *Stream) acquire(ctx context.Context) (*Batch, error) {
+	select {
+	case b := <-s.free:
+		return b, nil
+	default:
+	}
+	t := time.NewTicker(s.conn.cfg.StatusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case b := <-s.free:
+			return b, nil
+		case <-ctx.Done():
+			return nil, nil
+		case <-t.C:
+			if err := s.maybeSendStatus(false); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// maybeSendStatus reports the watermark when it moved and StatusInterval
+// passed, when KeepaliveInterval passed, or at once when force is set.
+func (s *Stream) maybeSendStatus(force bool) error {
+	w := s.pos.Watermark()
+	if w < s.lastSent {
+		w = s.lastSent // never report a lower position
+	}
+	since := time.Since(s.lastSentAt)
+	due := force || since >= s.conn.cfg.KeepaliveInterval ||
+		(w > s.lastSent && since >= s.conn.cfg.StatusInterval)
+	if !due || w == 0 {
+		return nil
+	}
+	// Ask for a reply on timer updates: the server's keepalive then carries
+	// its WAL end, which lets an idle stream confirm past unrelated WAL.
+	return s.sendStatus(w, !force)
+}
+
+func (s *Stream) sendStatus(w pglogrepl.LSN, reply bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: w,
+		WALFlushPosition: w,
+		WALApplyPosition: w,
+		ClientTime:       time.Now(),
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	if w != s.lastSent {
+		s.log.Debug("confirmed", "lsn", w.String(), "slot", s.conn.cfg.Slot)
+	}
+	s.lastSent, s.lastSentAt = w, time.Now()
+	return nil
+}
+
+// Confirmed returns the last position reported to Postgres. Only meaningful
+// on the Run goroutine or after Run returned.
+func (s *Stream) Confirmed() pglogrepl.LSN { return s.lastSent }
+
+// drain waits until the Position settles (or the shutdown timeout), keeping
+// the walsender alive, then reports the final watermark.
+func (s *Stream) drain() error {
+	deadline := time.Now().Add(s.conn.cfg.ShutdownTimeout)
+	for !s.pos.Settled() {
+		if time.Now().After(deadline) {
+			s.log.Warn("shutdown timeout: records still unacknowledged; they will be sent again after restart",
+				"slot", s.conn.cfg.Slot, "lsn", s.pos.Watermark().String())
+			break
+		}
+		if err := s.maybeSendStatus(false); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w := s.pos.Watermark()
+	if w < s.lastSent {
+		w = s.lastSent
+	}
+	if w == 0 {
+		return nil
+	}
+	if err := s.sendStatus(w, false); err != nil {
+		return err
+	}
+	s.log.Info("final position confirmed", "slot", s.conn.cfg.Slot, "lsn", w.String())
+	return nil
+}

@@ -1,0 +1,15 @@
+// Package sink produces outbox events to Kafka with franz-go.
+//
+// Every record is produced with acks=all by an idempotent producer, keyed by
+// the event's aggregate id so that one aggregate maps to one partition and
+// its events keep their commit order. Produce is asynchronous: the caller's
+// done function runs once Kafka acknowledged the record or the record failed
+// for good; only then may the caller count it as delivered.
+//
+// Invariants:
+//   - a record is never dropped: every Produce ends in exactly one call of done,
+//     with nil only after the broker acknowledged it with acks=all;
+//   - records of one key are produced in the order Produce was called;
+//   - memory is bounded by Config.MaxBufferedBytes: Produce blocks when it is
+//     reached.
+package sink

@@ -1,0 +1,327 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+)
+
+// Header names walrelay sets on every record.
+const (
+	HeaderID            = "id"
+	HeaderEventType     = "event_type"
+	HeaderAggregateType = "aggregate_type"
+	HeaderLSN           = "walrelay.lsn"
+	HeaderXID           = "walrelay.xid"
+)
+
+// ErrTopicMissing reports a topic that does not exist while topic creation
+// is off.
+var ErrTopicMissing = errors.New("topic does not exist")
+
+// Config configures a Sink. Zero values take the documented defaults.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Topic is the topic template (see ParseTemplate). Default
+	// "outbox.event.{aggregate_type}".
+	Topic string
+	// Compression is one of none, gzip, snappy, lz4, zstd. Default lz4.
+	Compression string
+	// Linger is how long a partition waits for more records before sending a
+	// batch. Default 5ms.
+	Linger time.Duration
+	// BatchMaxBytes caps one record batch. Default 1 MiB (Kafka's default
+	// max.message.bytes).
+	BatchMaxBytes int32
+	// MaxBufferedBytes caps the bytes of records produced and not yet
+	// acknowledged; Produce blocks above it. Default 64 MiB.
+	MaxBufferedBytes int
+	// MaxBufferedRecords caps the records produced and not yet acknowledged.
+	// Default 10000.
+	MaxBufferedRecords int
+	// CreateTopics creates a missing topic before the first record to it.
+	// When false, a missing topic is an error naming it. Default true
+	// (set DisableCreateTopics to turn it off).
+	DisableCreateTopics bool
+	// TopicPartitions and TopicReplicationFactor are used for created topics;
+	// -1 (the default) takes the broker's defaults.
+	TopicPartitions        int32
+	TopicReplicationFactor int16
+	// ClientID is the Kafka client id. Default "walrelay".
+	ClientID string
+}
+
+// Validate reports a configuration that cannot work, naming the key.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka brokers: none given (set --kafka-brokers host:port)")
+	}
+	for _, b := range c.Brokers {
+		if b == "" || !strings.Contains(b, ":") {
+			return fmt.Errorf("kafka brokers: %q is not host:port", b)
+		}
+	}
+	if _, err := codec(c.Compression); err != nil {
+		return err
+	}
+	if c.Topic != "" {
+		if _, err := ParseTemplate(c.Topic); err != nil {
+			return err
+		}
+	}
+	if c.Linger < 0 || c.BatchMaxBytes < 0 || c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
+		return errors.New("kafka: linger, batch and buffer sizes must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = "outbox.event.{aggregate_type}"
+	}
+	if c.Compression == "" {
+		c.Compression = "lz4"
+	}
+	if c.Linger == 0 {
+		c.Linger = 5 * time.Millisecond
+	}
+	if c.BatchMaxBytes == 0 {
+		c.BatchMaxBytes = 1 << 20
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = 64 << 20
+	}
+	if c.MaxBufferedRecords == 0 {
+		c.MaxBufferedRecords = 10000
+	}
+	if c.TopicPartitions == 0 {
+		c.TopicPartitions = -1
+	}
+	if c.TopicReplicationFactor == 0 {
+		c.TopicReplicationFactor = -1
+	}
+	if c.ClientID == "" {
+		c.ClientID = "walrelay"
+	}
+}
+
+func codec(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "", "lz4":
+		return kgo.Lz4Compression(), nil
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("kafka compression: %q is not one of none, gzip, snappy, lz4, zstd", name)
+}
+
+// Option sets an optional collaborator.
+type Option func(*Sink)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Sink) { s.log = l } }
+
+// WithClientOpts appends raw franz-go options (tests, TLS, SASL).
+func WithClientOpts(opts ...kgo.Opt) Option {
+	return func(s *Sink) { s.extra = append(s.extra, opts...) }
+}
+
+// ProduceError is a record that Kafka did not accept. It carries what an
+// operator needs to find the event.
+type ProduceError struct {
+	Topic   string
+	EventID string
+	LSN     string
+	Err     error
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("produce event id=%s lsn=%s to topic %q: %v", e.EventID, e.LSN, e.Topic, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// Sink produces events to Kafka. Produce is called from one goroutine; the
+// done callbacks run on franz-go's goroutines. Close must be called once.
+type Sink struct {
+	cfg   Config
+	tmpl  Template
+	log   *slog.Logger
+	extra []kgo.Opt
+
+	client *kgo.Client
+	admin  *kadm.Client
+
+	mu     sync.Mutex
+	topics map[string]struct{} // topics known to exist
+}
+
+// New validates cfg and builds the Kafka client. franz-go connects lazily:
+// nothing is dialed until Ping or the first Produce.
+func New(cfg Config, opts ...Option) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	tmpl, err := ParseTemplate(cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, tmpl: tmpl, log: slog.Default(), topics: map[string]struct{}{}}
+	for _, o := range opts {
+		o(s)
+	}
+	comp, _ := codec(cfg.Compression)
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(comp),
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(cfg.BatchMaxBytes),
+		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
+		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
+		// Retryable errors are retried without limit (franz-go's default): a
+		// record either reaches Kafka or fails with a permanent error, and the
+		// watermark waits meanwhile. A topic that keeps being unknown (deleted
+		// while running) fails after a while instead of retrying silently.
+		kgo.UnknownTopicRetries(30),
+	}
+	kopts = append(kopts, s.extra...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	s.client = cl
+	s.admin = kadm.NewClient(cl)
+	return s, nil
+}
+
+// Ping checks that at least one broker answers.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: no broker reachable at %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+	}
+	return nil
+}
+
+// Topic returns the topic ev routes to.
+func (s *Sink) Topic(ev *decoder.Event) (string, error) { return s.tmpl.Render(ev) }
+
+// Produce sends ev asynchronously. done is called exactly once: with nil
+// after Kafka acknowledged the record (acks=all), or with a *ProduceError.
+// Produce returns an error (and does not call done) only when the record was
+// not handed to the client: the topic is invalid or missing.
+//
+// ctx bounds the record's whole life, as in franz-go: Produce blocks while
+// the client's buffer is full until ctx ends, and a record still buffered
+// when ctx ends fails. Pass a context that outlives a graceful drain.
+// ev is not retained.
+func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
+	topic, err := s.tmpl.Render(ev)
+	if err != nil {
+		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
+	if err := s.ensureTopic(ctx, topic); err != nil {
+		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
+	rec := BuildRecord(topic, ev)
+	id, lsn := ev.ID, ev.LSN
+	s.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			done(&ProduceError{Topic: r.Topic, EventID: id, LSN: lsn.String(), Err: err})
+			return
+		}
+		done(nil)
+	})
+	return nil
+}
+
+// BuildRecord turns ev into the Kafka record of DESIGN.md §4.
+func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, 5+len(ev.Headers))
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderID, Value: []byte(ev.ID)},
+		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(ev.EventType)},
+		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(ev.AggregateType)},
+	)
+	for _, h := range ev.Headers {
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderLSN, Value: []byte(ev.LSN.String())},
+		kgo.RecordHeader{Key: HeaderXID, Value: strconv.AppendUint(nil, uint64(ev.XID), 10)},
+	)
+	ts := ev.Timestamp
+	if ts.IsZero() {
+		ts = ev.CommitTime
+	}
+	return &kgo.Record{
+		Topic:     topic,
+		Key:       ev.AggregateID,
+		Value:     ev.Payload,
+		Headers:   hs,
+		Timestamp: ts,
+	}
+}
+
+func (s *Sink) ensureTopic(ctx context.Context, topic string) error {
+	s.mu.Lock()
+	_, ok := s.topics[topic]
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if s.cfg.DisableCreateTopics {
+		details, err := s.admin.ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("look up topic: %w", err)
+		}
+		if d, ok := details[topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("%w: %q (create it, or enable topic creation)", ErrTopicMissing, topic)
+		} else if d.Err != nil {
+			return fmt.Errorf("look up topic: %w", d.Err)
+		}
+	} else {
+		resp, err := s.admin.CreateTopic(ctx, s.cfg.TopicPartitions, s.cfg.TopicReplicationFactor, nil, topic)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic: %w", err)
+		}
+		if err == nil {
+			s.log.Info("created topic", "topic", topic, "partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
+		}
+	}
+	s.mu.Lock()
+	s.topics[topic] = struct{}{}
+	s.mu.Unlock()
+	return nil
+}
+
+// Flush waits until every produced record is acknowledged or failed, or ctx
+// ends.
+func (s *Sink) Flush(ctx context.Context) error { return s.client.Flush(ctx) }
+
+// Buffered returns the number of records produced and not yet finished.
+func (s *Sink) Buffered() int64 { return s.client.BufferedProduceRecords() }
+
+// Close closes the client. Records still buffered fail with
+// kgo.ErrClientClosed; call it after the final watermark was confirmed.
+func (s *Sink) Close() { s.client.Close() }

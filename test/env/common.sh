@@ -1,0 +1,115 @@
+# shellcheck shell=bash
+# Shared helpers for the test/env scripts. Source it; it does not run anything by itself.
+#
+# Environment (all optional):
+#   WALRELAY_TEST_DIR       state directory of the throwaway services (default /tmp/walrelay-test)
+#   WALRELAY_TEST_REGISTRY  if set, every started service appends "<kind> <WALRELAY_TEST_DIR>"
+#                           to this file so run-tests.sh can stop clusters that tests started
+#                           themselves (for example a second Postgres with wal_level=replica).
+
+WALRELAY_ENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+WALRELAY_ROOT="$(cd "$WALRELAY_ENV_DIR/../.." && pwd)"
+WALRELAY_TEST_DIR="${WALRELAY_TEST_DIR:-/tmp/walrelay-test}"
+
+log() { printf '[%s %s] %s\n' "$(date +%H:%M:%S)" "${WALRELAY_LOG_TAG:-env}" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# abs_path PATH: absolute form of PATH without requiring it to exist.
+abs_path() {
+	case "$1" in
+	/*) printf '%s\n' "$1" ;;
+	*) printf '%s/%s\n' "$(pwd)" "$1" ;;
+	esac
+}
+
+# emit_export NAME VALUE: print a shell-safe `export NAME='VALUE'` line.
+emit_export() {
+	local v="${2//\'/\'\\\'\'}"
+	printf "export %s='%s'\n" "$1" "$v"
+}
+
+# register KIND: remember that a service of KIND was started in $WALRELAY_TEST_DIR.
+register() {
+	[ -n "${WALRELAY_TEST_REGISTRY:-}" ] || return 0
+	local line="$1 $WALRELAY_TEST_DIR"
+	touch "$WALRELAY_TEST_REGISTRY" 2>/dev/null || return 0
+	grep -qxF "$line" "$WALRELAY_TEST_REGISTRY" 2>/dev/null || printf '%s\n' "$line" >>"$WALRELAY_TEST_REGISTRY"
+}
+
+# pid_alive PID: true while PID exists and is not a fully exited zombie. A multi-threaded
+# process (the JVM) shows its leader as Z while other threads still exit and hold its sockets.
+pid_alive() {
+	local pid="$1" state
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+	state="$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)"
+	[ "$state" != "Z" ] && return 0
+	[ "$(ls "/proc/$pid/task" 2>/dev/null | wc -l)" -gt 1 ]
+}
+
+# wait_pid_gone PID SECONDS: wait until PID has exited; false on timeout.
+wait_pid_gone() {
+	local pid="$1" deadline=$((SECONDS + $2))
+	while pid_alive "$pid"; do
+		[ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.2
+	done
+}
+
+# safe_wipe DIR: remove a state directory, but only one that is ours (empty, missing, or marked).
+safe_wipe() {
+	local dir
+	dir="$(abs_path "$1")"
+	case "$dir" in
+	/ | /tmp | /tmp/ | /root | /home | /usr* | /etc* | /var | "$HOME") die "refusing to wipe $dir" ;;
+	esac
+	if [ -d "$dir" ] && [ ! -e "$dir/.walrelay-test" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+		die "refusing to wipe $dir: it is not empty and has no .walrelay-test marker"
+	fi
+	rm -rf "$dir"
+}
+
+# ensure_state_dir DIR: create DIR with the marker that allows safe_wipe to remove it later.
+ensure_state_dir() {
+	mkdir -p "$1"
+	[ -e "$1/.walrelay-test" ] || : >"$1/.walrelay-test"
+}
+
+# stop_services DIR: stop what pg.sh / kafka.sh / demo / bench started under state dir DIR:
+# walrelay processes with a pid file there, services in DIR/services (newest first, e.g. a
+# second cluster a test started), then DIR's own Kafka and Postgres. Never fails.
+stop_services() {
+	local dir="$1" pf pid kind sdir
+	[ -d "$dir" ] || return 0
+	for pf in "$dir"/walrelay*.pid; do
+		[ -f "$pf" ] || continue
+		pid="$(cat "$pf" 2>/dev/null || true)"
+		if pid_alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q walrelay; then
+			kill -TERM "$pid" 2>/dev/null || true
+			wait_pid_gone "$pid" 30 || kill -KILL "$pid" 2>/dev/null || true
+		fi
+		rm -f "$pf"
+	done
+	if [ -f "$dir/services" ]; then
+		while read -r kind sdir; do
+			[ "$sdir" = "$dir" ] && continue
+			case "$kind" in
+			pg | kafka) WALRELAY_TEST_DIR="$sdir" "$WALRELAY_ENV_DIR/$kind.sh" stop 8>&- 9>&- || true ;;
+			esac
+		done < <(tac "$dir/services")
+	fi
+	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/kafka.sh" stop 8>&- 9>&- || true
+	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" stop 8>&- 9>&- || true
+}
+
+# take_lock DIR: hold DIR.lock on fd 8 for the rest of the calling script (one run per state
+# dir: several people may share this machine and its ports). Children must not inherit fd 8:
+# run them with 8>&-.
+take_lock() {
+	exec 8>"$1.lock"
+	if ! flock -n 8; then
+		log "another run holds $1.lock; waiting for it"
+		flock 8
+	fi
+}

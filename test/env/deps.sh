@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what the end-to-end tests need and is missing, on Debian (as root), and resolves
+# the Kafka broker jars into the cache. Installs nothing when everything is there.
+#
+#   Postgres server binaries (initdb, pg_ctl, pg_recvlogical) and psql  <- apt: postgresql
+#   kcat                                                                <- apt: kcat
+#   java >= 17                                                          <- apt: openjdk-17-jre-headless
+#   mvn                                                                 <- apt: maven
+#   gcc (cgo, for go test -race)                                        <- apt: gcc libc6-dev
+#   go                                                                  must be there already
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+WALRELAY_LOG_TAG=deps
+
+missing=()
+
+pgbin="${WALRELAY_TEST_PGBIN:-/usr/lib/postgresql/15/bin}"
+if [ -z "${WALRELAY_TEST_PGBIN:-}" ] && [ ! -x "$pgbin/initdb" ]; then
+	# pg.sh falls back to the newest installed major.
+	alt="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+	[ -n "$alt" ] && pgbin="$alt"
+fi
+for b in initdb pg_ctl pg_isready pg_recvlogical; do
+	if [ ! -x "$pgbin/$b" ]; then
+		missing+=(postgresql)
+		break
+	fi
+done
+command -v psql >/dev/null || missing+=(postgresql)
+command -v kcat >/dev/null || missing+=(kcat)
+
+java_major() {
+	local j="java"
+	[ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ] && j="$JAVA_HOME/bin/java"
+	command -v "$j" >/dev/null || { echo 0; return; }
+	"$j" -XshowSettings:properties -version 2>&1 |
+		awk -F'= ' '/java.specification.version/ {split($2, v, "."); print (v[1] == 1 ? v[2] : v[1]); found=1} END {if (!found) print 0}'
+}
+jmaj="$(java_major)"
+[ "$jmaj" -ge 17 ] || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+command -v flock >/dev/null || missing+=(util-linux)
+# go test -race needs cgo, hence a C compiler.
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v go >/dev/null || die "go is not installed; it must be on PATH"
+
+if [ "${#missing[@]}" -gt 0 ]; then
+	# unique, in order
+	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
+	is_root || die "missing: ${missing[*]}; install them (apt-get install ${missing[*]}) or run as root"
+	command -v apt-get >/dev/null || die "missing: ${missing[*]}; no apt-get here, install them by hand"
+	log "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq || log "apt-get update reported errors; trying the install anyway"
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	[ "$(java_major)" -ge 17 ] || die "java on PATH is still older than 17; select 17 with update-alternatives --config java"
+fi
+
+log "postgres $("$pgbin/postgres" --version | awk '{print $3}') ($pgbin), kcat $(kcat -V 2>&1 | awk '/^Version/ {print $2}'), java $(java_major), $(mvn -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g'), $(go version | awk '{print $3}')"
+
+# Warm the broker jar cache (no-op when cached).
+"$WALRELAY_ENV_DIR/kafka.sh" fetch

@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# Single-node Apache Kafka (KRaft, broker+controller) for walrelay's tests, from Maven Central jars.
+#
+#   kafka.sh fetch    resolve the broker jars into the cache (no-op when cached)
+#   kafka.sh start    format storage (first time) and start; idempotent; waits until it answers
+#   kafka.sh stop     SIGTERM and wait (SIGKILL after 60 s); no-op when not running
+#   kafka.sh kill     SIGKILL the broker (fault tests); data stays
+#   kafka.sh restart  stop if running, then start again with the same data
+#   kafka.sh status   exit 0 when running, 3 when not
+#   kafka.sh env      print `export ...` lines (eval "$(test/env/kafka.sh env)")
+#
+# Environment:
+#   WALRELAY_TEST_DIR            state root (default /tmp/walrelay-test); the broker lives in ./kafka
+#   WALRELAY_TEST_KAFKA_PORT     PLAINTEXT port on 127.0.0.1 (default 59092); CONTROLLER uses port+1
+#   WALRELAY_KAFKA_VERSION       org.apache.kafka:kafka_2.13 version (default 4.3.1)
+#   WALRELAY_CACHE               jar cache (default $HOME/.cache/walrelay), outside the work tree
+#   WALRELAY_TEST_KAFKA_HEAP     JVM heap flags (default "-Xms256m -Xmx512m")
+#   WALRELAY_TEST_KAFKA_START_TIMEOUT  seconds to wait for the broker (default 60)
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+WALRELAY_LOG_TAG=kafka
+
+KAFKA_VERSION="${WALRELAY_KAFKA_VERSION:-4.3.1}"
+KAFKA_PORT="${WALRELAY_TEST_KAFKA_PORT:-59092}"
+KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
+KAFKA_ADDR="127.0.0.1:$KAFKA_PORT"
+CACHE_DIR="$(abs_path "${WALRELAY_CACHE:-$HOME/.cache/walrelay}")/kafka-$KAFKA_VERSION"
+LIBS="$CACHE_DIR/libs"
+STATE="$(abs_path "$WALRELAY_TEST_DIR")/kafka"
+DATA="$STATE/data"
+PIDFILE="$STATE/kafka.pid"
+PROPS="$STATE/server.properties"
+LOG4J="$STATE/log4j2.properties"
+START_TIMEOUT="${WALRELAY_TEST_KAFKA_START_TIMEOUT:-60}"
+
+fetch() {
+	if [ -f "$LIBS/.complete" ]; then
+		return
+	fi
+	command -v mvn >/dev/null || die "mvn not found (run test/env/deps.sh)"
+	mkdir -p "$CACHE_DIR"
+	# One resolver at a time; others wait and then find the cache filled.
+	exec 9>"$CACHE_DIR/.lock"
+	flock 9
+	if [ ! -f "$LIBS/.complete" ]; then
+		local tmp="$CACHE_DIR/libs.tmp.$$" t0=$SECONDS
+		rm -rf "$tmp"
+		log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven into $LIBS"
+		if ! mvn -B -q -Dstyle.color=never -f "$WALRELAY_ROOT/test/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+			dependency:copy-dependencies -DoutputDirectory="$tmp" >&2; then
+			rm -rf "$tmp"
+			die "maven could not resolve kafka_2.13:$KAFKA_VERSION"
+		fi
+		[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ] || die "kafka_2.13-$KAFKA_VERSION.jar missing after resolution"
+		ls "$tmp" >"$tmp/.complete"
+		rm -rf "$LIBS"
+		mv "$tmp" "$LIBS"
+		log "resolved $(($(wc -l <"$LIBS/.complete"))) jars in $((SECONDS - t0)) s"
+	fi
+	exec 9>&-
+}
+
+java_bin() {
+	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+		printf '%s\n' "$JAVA_HOME/bin/java"
+	else
+		command -v java || die "java not found (run test/env/deps.sh)"
+	fi
+}
+
+# jvm_cmd: the java command line (without main class) in the global array JVM.
+jvm_cmd() {
+	local heap
+	read -r -a heap <<<"${WALRELAY_TEST_KAFKA_HEAP:--Xms256m -Xmx512m}"
+	JVM=("$(java_bin)" "${heap[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError
+		-Djava.awt.headless=true -Dkafka.logs.dir="$STATE/logs" -Dlog4j2.configurationFile="file:$LOG4J"
+		-cp "$LIBS/*")
+}
+
+jvm() {
+	jvm_cmd
+	"${JVM[@]}" "$@"
+}
+
+write_config() {
+	mkdir -p "$DATA" "$STATE/logs"
+	cat >"$PROPS" <<EOF
+# Written by test/env/kafka.sh on every start; edits are lost.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$DATA
+num.partitions=3
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Single node: a broker killed with -9 is fenced after this timeout; keep restarts quick.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=3000
+num.network.threads=2
+num.io.threads=4
+EOF
+	cat >"$LOG4J" <<EOF
+# Written by test/env/kafka.sh: everything goes to $STATE/logs/server.log, nothing to the terminal.
+status = warn
+name = walrelay-test-kafka
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = $STATE/logs/server.log
+appender.file.filePattern = $STATE/logs/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.statechange.name = state.change.logger
+logger.statechange.level = warn
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = warn
+EOF
+}
+
+format_storage() {
+	if [ -f "$DATA/meta.properties" ]; then return; fi
+	local id
+	if [ -s "$STATE/cluster.id" ]; then
+		id="$(cat "$STATE/cluster.id")"
+	else
+		id="$(jvm kafka.tools.StorageTool random-uuid 2>>"$STATE/format.log" | tail -n 1)"
+		[ -n "$id" ] || die "StorageTool random-uuid failed (see $STATE/format.log)"
+		printf '%s\n' "$id" >"$STATE/cluster.id"
+	fi
+	log "formatting $DATA (cluster id $id)"
+	jvm kafka.tools.StorageTool format -t "$id" -c "$PROPS" >>"$STATE/format.log" 2>&1 ||
+		{ cat "$STATE/format.log" >&2; die "StorageTool format failed"; }
+}
+
+broker_pid() {
+	local pid
+	pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+	[ -n "$pid" ] && pid_alive "$pid" || return 1
+	# Guard against a recycled pid: it must be our broker with our config.
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $PROPS" || return 1
+	printf '%s\n' "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+answers() {
+	if command -v kcat >/dev/null; then
+		# Up means: the broker is listed and no partition is still without a leader (after a
+		# kill -9 the controller fences the old incarnation and re-elects first).
+		local md
+		md="$(kcat -b "$KAFKA_ADDR" -L -m 2 2>/dev/null)" || return 1
+		grep -q "broker 1 at" <<<"$md" && ! grep -q "leader -1" <<<"$md"
+	else
+		port_open "$KAFKA_PORT" && grep -q "Kafka Server started" "$STATE/logs/server.log" 2>/dev/null
+	fi
+}
+
+wait_ready() {
+	local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
+	until answers; do
+		if ! pid_alive "$pid"; then
+			tail -n 40 "$STATE/kafka.out" "$STATE/logs/server.log" >&2 2>/dev/null || true
+			die "broker exited during startup (logs: $STATE/kafka.out, $STATE/logs/server.log)"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			tail -n 40 "$STATE/logs/server.log" >&2 2>/dev/null || true
+			die "broker on $KAFKA_ADDR did not answer within ${START_TIMEOUT}s"
+		fi
+		sleep 0.3
+	done
+}
+
+cmd_start() {
+	local pid t0=$SECONDS
+	if pid="$(broker_pid)"; then
+		wait_ready "$pid"
+		log "already running on $KAFKA_ADDR (pid $pid)"
+		return
+	fi
+	fetch
+	local p deadline=$((SECONDS + 10))
+	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+		while port_open "$p"; do
+			[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$p is taken by another process"
+			sleep 0.2
+		done
+	done
+	ensure_state_dir "$WALRELAY_TEST_DIR"
+	mkdir -p "$STATE"
+	write_config
+	format_storage
+	register kafka
+	log "starting Kafka $KAFKA_VERSION on $KAFKA_ADDR (controller :$KAFKA_CONTROLLER_PORT)"
+	# Own session (setsid) so a Ctrl-C on the caller's terminal does not reach the broker before
+	# the caller's cleanup stops it; setsid would fork (and lose the pid) in a group leader.
+	(
+		jvm_cmd
+		pre=()
+		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
+		exec "${pre[@]}" "${JVM[@]}" kafka.Kafka "$PROPS"
+	) </dev/null >>"$STATE/kafka.out" 2>&1 &
+	pid=$!
+	printf '%s\n' "$pid" >"$PIDFILE"
+	wait_ready "$pid"
+	log "ready on $KAFKA_ADDR (pid $pid) in $((SECONDS - t0)) s"
+}
+
+cmd_stop() {
+	local pid
+	if ! pid="$(broker_pid)"; then
+		rm -f "$PIDFILE"
+		log "not running"
+		return
+	fi
+	log "stopping (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	if ! wait_pid_gone "$pid" 60; then
+		log "no exit after 60 s; SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
+	fi
+	rm -f "$PIDFILE"
+}
+
+cmd_kill() {
+	local pid
+	if ! pid="$(broker_pid)"; then
+		log "not running"
+		return
+	fi
+	log "SIGKILL (pid $pid)"
+	kill -KILL "$pid" 2>/dev/null || true
+	wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
+	rm -f "$PIDFILE"
+}
+
+cmd_status() {
+	local pid
+	if pid="$(broker_pid)"; then
+		echo "kafka running on $KAFKA_ADDR (pid $pid, state $STATE)"
+	else
+		echo "kafka not running (state $STATE)"
+		return 3
+	fi
+}
+
+cmd_env() {
+	emit_export WALRELAY_TEST_KAFKA "$KAFKA_ADDR"
+	emit_export WALRELAY_TEST_KAFKA_LOG "$STATE/logs/server.log"
+}
+
+case "${1:-}" in
+fetch) fetch ;;
+start) cmd_start ;;
+stop) cmd_stop ;;
+kill) cmd_kill ;;
+restart)
+	cmd_stop
+	cmd_start
+	;;
+status) cmd_status ;;
+env) cmd_env ;;
+*)
+	echo "usage: $0 fetch|start|stop|kill|restart|status|env" >&2
+	exit 2
+	;;
+esac

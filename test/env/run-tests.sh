@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `make test`: fresh Postgres + Kafka, go vet, go test -race, a short decoder fuzz, and
+# everything stopped again whatever happens. Exits non-zero when any step failed.
+#
+# The tests see (exported):
+#   WALRELAY_TEST_PG_DSN, WALRELAY_TEST_PG_PORT, WALRELAY_TEST_PGDATA, WALRELAY_TEST_PGBIN,
+#   WALRELAY_TEST_PG_LOG, WALRELAY_TEST_KAFKA, WALRELAY_TEST_KAFKA_LOG, WALRELAY_TEST_DIR,
+#   WALRELAY_TEST_ENV_DIR (this directory: pg.sh restart-immediate, kafka.sh kill|restart, ...),
+#   WALRELAY_TEST_REGISTRY (services started through pg.sh/kafka.sh are stopped at the end,
+#   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
+# pg_ctl refuses to run as root: tests restart Postgres through "$WALRELAY_TEST_ENV_DIR/pg.sh".
+#
+# Knobs: WALRELAY_TEST_DIR (default /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
+# flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
+# WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+WALRELAY_LOG_TAG=test
+cd "$WALRELAY_ROOT"
+
+WALRELAY_TEST_DIR="$(abs_path "$WALRELAY_TEST_DIR")"
+export WALRELAY_TEST_DIR
+export WALRELAY_TEST_ENV_DIR="$WALRELAY_ENV_DIR"
+export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
+FUZZTIME="${WALRELAY_FUZZTIME:-30s}"
+
+on_exit() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ "${WALRELAY_TEST_KEEP:-0}" = 1 ]; then
+		log "WALRELAY_TEST_KEEP=1: services left running in $WALRELAY_TEST_DIR"
+	else
+		stop_services "$WALRELAY_TEST_DIR"
+	fi
+	exit "$rc"
+}
+
+take_lock "$WALRELAY_TEST_DIR"
+
+"$WALRELAY_ENV_DIR/deps.sh" 8>&-
+
+# Fresh state every run: no slots or topics leak from an earlier run.
+stop_services "$WALRELAY_TEST_DIR"
+safe_wipe "$WALRELAY_TEST_DIR"
+ensure_state_dir "$WALRELAY_TEST_DIR"
+
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
+"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
+eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
+eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
+env | grep '^WALRELAY_TEST_' | sort >&2
+
+failed=()
+step() {
+	local name="$1" t0=$SECONDS
+	shift
+	log "== $name: $*"
+	if "$@" 8>&-; then
+		log "== $name ok ($((SECONDS - t0)) s)"
+	else
+		log "== $name FAILED ($((SECONDS - t0)) s)"
+		failed+=("$name")
+	fi
+}
+
+read -r -a extra <<<"${GO_TEST_FLAGS:-}"
+step vet go vet ./...
+step test go test -race -count=1 -timeout 30m "${extra[@]}" ./...
+
+if [ "$FUZZTIME" = 0 ]; then
+	log "== fuzz skipped (WALRELAY_FUZZTIME=0)"
+elif grep -qs '^func FuzzDecode(' decoder/*_test.go; then
+	step fuzz go test ./decoder -run '^$' -fuzz '^FuzzDecode$' -fuzztime "$FUZZTIME"
+else
+	log "== fuzz skipped: no FuzzDecode in decoder/*_test.go yet"
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+	log "FAILED steps: ${failed[*]} (logs: $WALRELAY_TEST_DIR)"
+	exit 1
+fi
+log "all steps passed"
