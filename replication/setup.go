@@ -176,9 +176,9 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "57P"),  // admin/crash shutdown, cannot connect now
-			strings.HasPrefix(pgErr.Code, "53"),   // insufficient resources (too many connections)
-			pgErr.Code == "55006":                 // object in use
+			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources (too many connections)
+			pgErr.Code == "55006":                // object in use
 			return true
 		}
 		return false

@@ -44,16 +44,6 @@ func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-// workaroundRecordRetries restores franz-go's unlimited record retries.
-//
-// BUG (sink.go, New): kgo.RecordRetries(-1) does not mean "retry forever"
-// in franz-go v1.22.2; it means "fail after more than -1 tries", so every
-// record fails at once with kgo.ErrRecordRetries. TestProduceWithDefaultOptions
-// demonstrates it and fails until New is fixed. Every other test that
-// produces applies this option (appended after New's own, so it wins) to
-// test the rest of the sink; it is harmless once the bug is fixed.
-var workaroundRecordRetries = sink.WithClientOpts(kgo.RecordRetries(math.MaxInt64))
-
 // fastRetries makes franz-go retry and refresh metadata quickly, so tests
 // with injected retriable errors take milliseconds instead of seconds.
 var fastRetries = sink.WithClientOpts(
@@ -65,7 +55,7 @@ var discard = sink.WithLogger(slog.New(slog.DiscardHandler))
 
 func newSink(t testing.TB, cfg sink.Config, opts ...sink.Option) *sink.Sink {
 	t.Helper()
-	s, err := sink.New(cfg, append([]sink.Option{discard, workaroundRecordRetries}, opts...)...)
+	s, err := sink.New(cfg, append([]sink.Option{discard}, opts...)...)
 	if err != nil {
 		t.Fatalf("sink.New: %v", err)
 	}
@@ -395,14 +385,10 @@ func TestBuildRecordHeaderNamesMatchConstants(t *testing.T) {
 	}
 }
 
-// TestProduceWithDefaultOptions produces one record with the sink exactly as
-// New builds it, without workaroundRecordRetries.
-//
-// FAILING ON PURPOSE — BUG in sink.go New: kgo.RecordRetries(-1) is meant as
-// "never give up", but franz-go v1.22.2 compares tries > recordRetries, so
-// -1 fails every record before its first send with kgo.ErrRecordRetries
-// ("record failed after being retried too many times"). Fix: drop the
-// option (unlimited is franz-go's default) or pass math.MaxInt64.
+// TestProduceWithDefaultOptions is a regression test: New once passed
+// kgo.RecordRetries(-1) meaning "never give up", but franz-go compares
+// tries > recordRetries, so -1 failed every record before its first send
+// with kgo.ErrRecordRetries.
 func TestProduceWithDefaultOptions(t *testing.T) {
 	c := newCluster(t)
 	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs()}, discard)
@@ -416,7 +402,50 @@ func TestProduceWithDefaultOptions(t *testing.T) {
 		t.Fatalf("Produce: %v", err)
 	}
 	if r := a.wait(t, 1)[0]; r.err != nil {
-		t.Fatalf("BUG: done(%v), want nil: New passes kgo.RecordRetries(-1), which fails every record immediately", r.err)
+		t.Fatalf("done(%v), want nil", r.err)
+	}
+}
+
+// TestProduceDoesNotRetainEventBuffers checks Produce's documented contract
+// "ev is not retained": a caller may reuse the event's buffers once Produce
+// returned (the decoder's Output is reused between calls).
+//
+// FAILING ON PURPOSE — BUG in sink.go BuildRecord/Produce: the record aliases
+// ev.AggregateID, ev.Payload and every ev.Headers[i].Value; franz-go reads
+// them later (the key when it partitions, possibly on its metadata goroutine;
+// the value and headers when it writes the batch). A caller that reuses
+// those buffers corrupts records already "produced", and a reused key can
+// even move a record to another partition (out of order). Either copy the
+// bytes in BuildRecord or document that they must stay untouched until done
+// runs. The test changes only the value and a header, which franz-go reads
+// after Flush starts, so it fails deterministically without a data race; the
+// key has a real race (found with -race when the key is changed too).
+func TestProduceDoesNotRetainEventBuffers(t *testing.T) {
+	const topic = "outbox.event.order"
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	// A long linger keeps the record in the client until Flush.
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Linger: time.Minute})
+	ctx := testCtx(t)
+	a := newAcks(1)
+	ev := event(1, "order", "o-1")
+	ev.Headers = []decoder.Header{{Key: "traceparent", Value: []byte("00-aaaa-01")}}
+	wantValue := string(ev.Payload)
+	if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// The caller reuses its buffers for the next event.
+	copy(ev.Payload, "REUSED!!")
+	copy(ev.Headers[0].Value, "REUSED!!")
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 1), []string{ev.ID})
+	r := consume(t, c, topic, 1)[0]
+	if string(r.Value) != wantValue {
+		t.Errorf("BUG: value %q, want %q: the record aliases ev.Payload", r.Value, wantValue)
+	}
+	if got := headerMap(r.Headers)["traceparent"]; got != "00-aaaa-01" {
+		t.Errorf("BUG: traceparent header %q, want %q: the record aliases the event's header values", got, "00-aaaa-01")
 	}
 }
 
@@ -613,6 +642,46 @@ func TestProduceInvalidTopic(t *testing.T) {
 	if topic, err := s.Topic(ev); !errors.Is(err, sink.ErrInvalidTopic) {
 		t.Errorf("Topic = %q, %v; want ErrInvalidTopic", topic, err)
 	}
+}
+
+// TestDeletedTopicFailsRecords: a topic deleted while the sink runs (it is
+// remembered as existing) makes its records fail with an unknown-topic
+// error after UnknownTopicRetries; they are never dropped silently nor
+// retried forever.
+func TestDeletedTopicFailsRecords(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()}, fastRetries)
+	ctx := testCtx(t)
+	a := newAcks(2)
+	first := event(1, "order", "o-1")
+	if err := s.Produce(ctx, first, a.done(first.ID)); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 1), []string{first.ID})
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, "outbox.event.order"); err != nil {
+		t.Fatalf("delete topic: %v", err)
+	}
+
+	second := event(2, "order", "o-1")
+	if err := s.Produce(ctx, second, a.done(second.ID)); err != nil {
+		t.Fatalf("Produce = %v, want nil (the topic is remembered; the failure goes to done)", err)
+	}
+	r := a.wait(t, 1)[0]
+	t.Logf("done(%v)", r.err)
+	if !errors.Is(r.err, kerr.UnknownTopicOrPartition) && !errors.Is(r.err, kerr.UnknownTopicID) {
+		t.Fatalf("done(%v), want an unknown topic error", r.err)
+	}
+	var pe *sink.ProduceError
+	if !errors.As(r.err, &pe) || pe.EventID != second.ID || pe.Topic != "outbox.event.order" {
+		t.Errorf("done(%#v), want a *ProduceError for %s", r.err, second.ID)
+	}
+	a.none(t)
 }
 
 // TestAckHeldUntilBrokerAnswers: done must not run while the broker has not
@@ -843,7 +912,7 @@ func TestMaxBufferedRecordsBlocks(t *testing.T) {
 // exactly one done(error), never with nil.
 func TestCloseFailsBufferedRecords(t *testing.T) {
 	c := newCluster(t, kfake.SeedTopics(1, "outbox.event.order"))
-	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs()}, discard, workaroundRecordRetries)
+	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs()}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -862,8 +931,8 @@ func TestCloseFailsBufferedRecords(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { s.Close(); close(closed) }()
 	for _, r := range a.wait(t, n) {
-		if r.err == nil {
-			t.Errorf("done(nil) for %s although the broker never acknowledged it", r.id)
+		if !errors.Is(r.err, kgo.ErrClientClosed) {
+			t.Errorf("done(%v) for %s, want kgo.ErrClientClosed: the broker never acknowledged it", r.err, r.id)
 		}
 	}
 	select {

@@ -16,10 +16,13 @@ func TestCrashKill9(t *testing.T) {
 	env := requireEnv(t)
 	rng := testRand(t)
 	s := newScenario(t, env, "crash")
-	p := s.startReady()
+	// Frequent status updates leave a premature confirmation less time to hide behind
+	// the acknowledgement that follows it.
+	runArgs := []string{"--status-interval", "100ms"}
+	p := s.startReady(runArgs...)
 
 	w := newWorkload(t, env, s.table, 200, newRandFrom(rng))
-	stop := w.runContinuous(continuousOpts{maxEvents: 20, rollbackPct: 10, maxPause: 10 * time.Millisecond})
+	stop := w.runContinuous(continuousOpts{maxEvents: 20, rollbackPct: 10, maxPause: 2 * time.Millisecond})
 	t.Cleanup(func() { _ = stop() })
 
 	kills := 5 + rng.IntN(2)
@@ -33,7 +36,7 @@ func TestCrashKill9(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(500 * time.Millisecond))))
 		}
-		p = s.start()
+		p = s.start(runArgs...)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)

@@ -1,6 +1,9 @@
 package relay
 
 import (
+	"sync/atomic"
+
+	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -13,6 +16,7 @@ type metrics struct {
 	reconnects       *prometheus.CounterVec
 	heartbeatLatency prometheus.Histogram
 	heartbeatErrors  prometheus.Counter
+	heartbeatLast    prometheus.Gauge
 	ready            prometheus.Gauge
 }
 
@@ -33,11 +37,44 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		heartbeatErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_heartbeat_errors_total", Help: "Heartbeats that could not be written."}),
+		heartbeatLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_heartbeat_last_seconds", Help: "Unix time at which the last heartbeat was decoded."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_ready", Help: "1 while streaming from the slot, 0 while connecting or standing by."}),
 	}
 	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.reconnects,
-		m.heartbeatLatency, m.heartbeatErrors, m.ready,
+		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watermarkSource is what the position gauges read.
+type watermarkSource interface {
+	Watermark() pglogrepl.LSN
+	InFlight() int
+}
+
+// registerPosition adds the gauges that read the checkpoint and the server
+// WAL end at scrape time.
+func registerPosition(reg *prometheus.Registry, tr watermarkSource, walEnd *atomic.Uint64) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walrelay_confirmed_lsn", Help: "Watermark: the WAL position confirmed (or about to be) to Postgres, as a number."},
+			func() float64 { return float64(tr.Watermark()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walrelay_server_wal_end_lsn", Help: "The server's WAL end as last seen in the stream, as a number."},
+			func() float64 { return float64(walEnd.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walrelay_lag_bytes", Help: "Bytes of WAL between the server's WAL end and the watermark."},
+			func() float64 {
+				end, w := walEnd.Load(), uint64(tr.Watermark())
+				if end < w {
+					return 0
+				}
+				return float64(end - w)
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walrelay_in_flight_records", Help: "Records handed to Kafka and not yet acknowledged."},
+			func() float64 { return float64(tr.InFlight()) }),
+	)
 }

@@ -124,6 +124,7 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 		p.m.transactions.Inc()
 		return p.tr.Commit(out.EndLSN)
 	case decoder.KindHeartbeat:
+		p.m.heartbeatLast.SetToCurrentTime()
 		if ns, err := strconv.ParseInt(string(out.Content), 10, 64); err == nil {
 			p.m.heartbeatLatency.Observe(time.Since(time.Unix(0, ns)).Seconds())
 		}

@@ -39,7 +39,7 @@ type position struct {
 }
 
 func (p position) Watermark() pglogrepl.LSN { return p.tr.Watermark() }
-func (p position) Settled() bool           { return p.stopped.Load() && p.sink.Buffered() == 0 }
+func (p position) Settled() bool            { return p.stopped.Load() && p.sink.Buffered() == 0 }
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a
 // failure it cannot retry. It reconnects to Postgres with backoff after the
@@ -91,6 +91,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		_ = conn.Close(context.Background())
 		return err
 	}
+	registerPosition(reg, tr, &walEnd)
 	if conn.Created {
 		log.Info("created replication slot", "slot", cfg.Slot, "lsn", conn.Start.String())
 	}

@@ -1,0 +1,109 @@
+package relay
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	yml := filepath.Join(dir, "walrelay.yaml")
+	if err := os.WriteFile(yml, []byte(`
+postgres_dsn: postgres://from-yaml/db
+kafka_brokers: [k1:9092, k2:9092]
+slot: yaml_slot
+heartbeat_interval: 3s
+max_in_flight: 500
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := envMap(map[string]string{
+		"WALRELAY_CONFIG":        yml,
+		"WALRELAY_SLOT":          "env_slot",
+		"WALRELAY_MAX_IN_FLIGHT": "700",
+	})
+	cfg, err := Load([]string{"--max-in-flight", "900", "--table", "a.outbox, b.outbox"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"dsn from yaml", cfg.PostgresDSN, "postgres://from-yaml/db"},
+		{"brokers list from yaml", strings.Join(cfg.KafkaBrokers, ","), "k1:9092,k2:9092"},
+		{"env beats yaml", cfg.Slot, "env_slot"},
+		{"flag beats env", cfg.MaxInFlight, 900},
+		{"yaml duration", cfg.HeartbeatInterval, 3 * time.Second},
+		{"flag list", strings.Join(cfg.Tables, ","), "a.outbox,b.outbox"},
+		{"default kept", cfg.Publication, "walrelay"},
+		{"default topic", cfg.Topic, "outbox.event.{aggregate_type}"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestLoadRefusesBadConfig(t *testing.T) {
+	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	dir := t.TempDir()
+	badYAML := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(badYAML, []byte("postgres_dns: typo\n"), 0o600)
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantKey string
+	}{
+		{"missing dsn", []string{"--kafka-brokers", "k:9092"}, nil, "postgres-dsn"},
+		{"missing brokers", []string{"--postgres-dsn", "postgres://u@h/db"}, nil, "kafka-brokers"},
+		{"broker without port", append(base[:2:2], "--kafka-brokers", "kafka"), nil, "kafka-brokers"},
+		{"negative in-flight", append(base, "--max-in-flight", "-5"), nil, "max-in-flight"},
+		{"not a number", append(base, "--max-in-flight", "lots"), nil, "flags"},
+		{"bad env value", base, map[string]string{"WALRELAY_MAX_IN_FLIGHT": "x"}, "max-in-flight"},
+		{"unknown placeholder", append(base, "--topic", "x.{nope}"), nil, "topic"},
+		{"bad compression", append(base, "--compression", "brotli"), nil, "compression"},
+		{"bad table", append(base, "--table", "a.b.c"), nil, "table"},
+		{"bad slot", append(base, "--slot", "My-Slot"), nil, "slot"},
+		{"bad dsn", []string{"--postgres-dsn", "postgres://u@h:notaport/db", "--kafka-brokers", "k:9092"}, nil, "postgres-dsn"},
+		{"bad preset", append(base, "--columns", "camel"), nil, "columns"},
+		{"bad duration", append(base, "--heartbeat-interval", "often"), nil, "flags"},
+		{"unknown yaml key", append(base, "--config", badYAML), nil, "config"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(tc.args, envMap(tc.env), io.Discard)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a *ConfigError", err)
+			}
+			if ce.Key != tc.wantKey {
+				t.Fatalf("error names key %q, want %q: %v", ce.Key, tc.wantKey, err)
+			}
+			if tc.wantKey != "flags" && !strings.Contains(err.Error(), "--"+tc.wantKey) {
+				t.Fatalf("message does not say how to set %s: %v", tc.wantKey, err)
+			}
+		})
+	}
+}
+
+func TestHeartbeatZeroDisables(t *testing.T) {
+	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--heartbeat-interval", "0"}, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HeartbeatInterval != 0 {
+		t.Fatalf("heartbeat interval %v, want 0", cfg.HeartbeatInterval)
+	}
+}

@@ -1,0 +1,330 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walrelay/walrelay/sink"
+)
+
+// testDSN returns the throwaway Postgres that `make test` starts. Without
+// it the test fails in CI and is skipped elsewhere.
+func testDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("WALRELAY_TEST_PG_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("WALRELAY_TEST_PG_DSN is not set: run through `make test`")
+		}
+		t.Skip("WALRELAY_TEST_PG_DSN not set; run `make test` for the integration tests")
+	}
+	return dsn
+}
+
+type pgHelper struct {
+	t    *testing.T
+	conn *pgx.Conn
+}
+
+func newPG(t *testing.T, dsn string) *pgHelper {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return &pgHelper{t, conn}
+}
+
+func (p *pgHelper) exec(sql string, args ...any) {
+	p.t.Helper()
+	if _, err := p.conn.Exec(context.Background(), sql, args...); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (p *pgHelper) lsn(sql string, args ...any) pglogrepl.LSN {
+	p.t.Helper()
+	var s *string
+	if err := p.conn.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+	if s == nil {
+		return 0
+	}
+	l, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return l
+}
+
+func (p *pgHelper) confirmed(slot string) pglogrepl.LSN {
+	return p.lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot)
+}
+
+func (p *pgHelper) insertLSN() pglogrepl.LSN { return p.lsn("SELECT pg_current_wal_insert_lsn()::text") }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// relayFixture sets up an outbox table, and runs the relay against kfake.
+type relayFixture struct {
+	pg      *pgHelper
+	cluster *kfake.Cluster
+	name    string
+	cancel  context.CancelFunc
+	done    chan error
+	logs    *strings.Builder
+}
+
+func startRelay(t *testing.T, name string, cluster *kfake.Cluster) *relayFixture {
+	t.Helper()
+	dsn := testDSN(t)
+	pg := newPG(t, dsn)
+	pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
+	if err := migrate(context.Background(), dsn, "public."+name+"_outbox", slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pg.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", name)
+		pg.exec(fmt.Sprintf("DROP PUBLICATION IF EXISTS %s", name))
+		pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
+	})
+	cfg := Defaults()
+	cfg.PostgresDSN = dsn
+	cfg.KafkaBrokers = cluster.ListenAddrs()
+	cfg.Slot, cfg.Publication = name, name
+	cfg.Tables = []string{"public." + name + "_outbox"}
+	cfg.Topic = name + ".{aggregate_type}"
+	cfg.MetricsAddr = ""
+	cfg.HeartbeatInterval = 0 // serial WAL: only this test's transactions
+	cfg.StatusInterval = 100 * time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+
+	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &strings.Builder{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	log := slog.New(slog.NewTextHandler(&lockedWriter{b: f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { f.done <- Run(ctx, cfg, log) }()
+	t.Cleanup(func() {
+		f.stop()
+		if t.Failed() {
+			t.Logf("relay log:\n%s", f.logs.String())
+		}
+	})
+	waitFor(t, 20*time.Second, "the slot to be streamed", func() bool {
+		var active bool
+		err := pg.conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
+		return err == nil && active
+	})
+	return f
+}
+
+func (f *relayFixture) stop() {
+	f.cancel()
+	select {
+	case <-f.done:
+	case <-time.After(20 * time.Second):
+	}
+}
+
+type lockedWriter struct {
+	mu atomic.Bool
+	b  *strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	for !w.mu.CompareAndSwap(false, true) {
+	}
+	defer w.mu.Store(false)
+	return w.b.Write(p)
+}
+
+func (f *relayFixture) insertTxn(t *testing.T, agg string, n int) {
+	t.Helper()
+	tx, err := f.pg.conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := tx.Exec(context.Background(), fmt.Sprintf(
+			"INSERT INTO public.%s_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'created', $2)", f.name),
+			agg, fmt.Sprintf(`{"n": %d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func consumeAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(recs) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records from %s", len(recs), want, topic)
+		}
+		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+	}
+	return recs
+}
+
+func headerValue(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// TestAckDisciplineKfake holds every produce request in kfake and shows that
+// the slot's confirmed_flush_lsn does not pass the held records; once Kafka
+// answers, it advances to (at least) the end of the last transaction.
+func TestAckDisciplineKfake(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	release := make(chan struct{})
+	var held atomic.Int32
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		select {
+		case <-release:
+		default:
+			held.Add(1)
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false // then let kfake handle it normally
+	})
+
+	f := startRelay(t, "relay_ack", cluster)
+	pg := f.pg
+	// Caught up before the writes: the idle stream confirms the WAL end.
+	start := pg.insertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	before := pg.confirmed(f.name)
+
+	for i := 0; i < 5; i++ {
+		f.insertTxn(t, fmt.Sprintf("agg-%d", i%2), 3)
+	}
+	after := pg.insertLSN()
+	waitFor(t, 15*time.Second, "a produce request to be held", func() bool { return held.Load() > 0 })
+
+	// While Kafka has acknowledged nothing, the slot must not move past the
+	// first transaction's first insert (nothing else writes WAL here; the
+	// transaction ends after it, so reaching the insert position is allowed).
+	var maxSeen pglogrepl.LSN
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if c := pg.confirmed(f.name); c > maxSeen {
+			maxSeen = c
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(release)
+
+	recs := consumeAll(t, cluster.ListenAddrs(), f.name+".order", 15)
+	firstInsert := pglogrepl.LSN(1<<64 - 1)
+	for _, r := range recs {
+		l, err := pglogrepl.ParseLSN(headerValue(r, sink.HeaderLSN))
+		if err != nil {
+			t.Fatalf("record without a valid %s header: %v", sink.HeaderLSN, err)
+		}
+		firstInsert = min(firstInsert, l)
+	}
+	if maxSeen > firstInsert {
+		t.Fatalf("confirmed_flush_lsn reached %v while the records starting at %v were unacknowledged (before writes: %v)", maxSeen, firstInsert, before)
+	}
+	waitFor(t, 15*time.Second, fmt.Sprintf("confirmed_flush_lsn to reach %v after Kafka acknowledged", after), func() bool {
+		return pg.confirmed(f.name) >= after
+	})
+	t.Logf("held %d produce requests; confirmed stayed at %v (<= first insert %v) while held, reached %v after (last commit %v)",
+		held.Load(), maxSeen, firstInsert, pg.confirmed(f.name), after)
+}
+
+// TestPermanentProduceErrorStops makes Kafka refuse records for good: the
+// relay must stop with an error naming the event, and the slot must not pass
+// the refused transaction.
+func TestPermanentProduceErrorStops(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		return produceErrorResponse(req.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
+	})
+	f := startRelay(t, "relay_poison", cluster)
+	pg := f.pg
+	start := pg.insertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	f.insertTxn(t, "agg-x", 2)
+	var runErr error
+	select {
+	case runErr = <-f.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay kept running after Kafka refused a record for good")
+	}
+	if runErr == nil || !errors.Is(runErr, kerr.InvalidRecord) || !strings.Contains(runErr.Error(), "event id=") {
+		t.Fatalf("relay returned %v; want an error naming the event and wrapping INVALID_RECORD", runErr)
+	}
+	f.done <- runErr // for the cleanup's stop
+	if c := pg.confirmed(f.name); c > start {
+		// Nothing but the refused transaction was written after start.
+		t.Fatalf("confirmed_flush_lsn moved to %v past the refused transaction (start %v)", c, start)
+	}
+}
+
+func produceErrorResponse(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
