@@ -79,7 +79,9 @@ func (p *pgHelper) confirmed(slot string) pglogrepl.LSN {
 	return p.lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot)
 }
 
-func (p *pgHelper) insertLSN() pglogrepl.LSN { return p.lsn("SELECT pg_current_wal_insert_lsn()::text") }
+func (p *pgHelper) insertLSN() pglogrepl.LSN {
+	return p.lsn("SELECT pg_current_wal_insert_lsn()::text")
+}
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
