@@ -51,6 +51,7 @@ type Config struct {
 
 	LogLevel  string
 	LogFormat string
+	PProf     bool
 }
 
 // setting binds one configuration key to its flag, env var and YAML key.
@@ -181,6 +182,7 @@ func (c *Config) settings() []setting {
 		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks", intVal{&c.MaxBufferedBytes}},
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
 		{"log-format", "json or text", stringVal{&c.LogFormat}},
+		{"pprof", "serve Go profiles under /debug/pprof/ on the metrics address", boolVal{&c.PProf}},
 	}
 }
 

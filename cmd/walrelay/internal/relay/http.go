@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr ("" disables). It
 // logs the bound address (useful with port 0) and returns a stop function.
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (func(), error) {
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPProf bool, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -35,6 +36,12 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, log *s
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	if withPProf {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	go func() {

@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	stopHTTP, err := serveHTTP(cfg.MetricsAddr, reg, &ready, log)
+	stopHTTP, err := serveHTTP(cfg.MetricsAddr, reg, &ready, cfg.PProf, log)
 	if err != nil {
 		return &StartupError{err}
 	}
