@@ -62,6 +62,8 @@ type Config struct {
 	TopicReplicationFactor int16
 	// ClientID is the Kafka client id. Default "walrelay".
 	ClientID string
+	// DLQTopic is the dead-letter topic. Default "walrelay.dlq".
+	DLQTopic string
 }
 
 // Validate reports a configuration that cannot work, naming the key.
@@ -84,6 +86,11 @@ func (c Config) Validate() error {
 	if c.Topic != "" {
 		if _, err := ParseTemplate(c.Topic); err != nil {
 			return err
+		}
+	}
+	if c.DLQTopic != "" {
+		if err := ValidateTopic(c.DLQTopic); err != nil {
+			return fmt.Errorf("dead-letter topic: %w", err)
 		}
 	}
 	if c.Linger < 0 || c.Linger > time.Minute {
@@ -128,6 +135,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ClientID == "" {
 		c.ClientID = "walrelay"
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = DefaultDLQTopic
 	}
 }
 
@@ -243,7 +253,9 @@ func (s *Sink) Topic(ev *decoder.Event) (string, error) { return s.tmpl.Render(e
 // Produce sends ev asynchronously. done is called exactly once: with nil
 // after Kafka acknowledged the record (acks=all), or with a *ProduceError.
 // Produce returns an error (and does not call done) only when the record was
-// not handed to the client: the topic is invalid or missing.
+// not handed to the client: the topic is invalid (ErrInvalidTopic) or
+// missing (ErrTopicMissing), or the record is larger than the topic accepts
+// (ErrTooLarge, checked on the uncompressed size).
 //
 // ctx bounds the record's whole life, as in franz-go: Produce blocks while
 // the client's buffer is full until ctx ends, and a record still buffered
@@ -261,6 +273,14 @@ func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error))
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	rec := BuildRecord(topic, ev)
+	if err := s.checkSize(rec); err != nil {
+		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
+	s.produce(ctx, rec, ev, done)
+	return nil
+}
+
+func (s *Sink) produce(ctx context.Context, rec *kgo.Record, ev *decoder.Event, done func(error)) {
 	id, lsn := ev.ID, ev.LSN
 	s.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err != nil {
@@ -269,7 +289,6 @@ func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error))
 		}
 		done(nil)
 	})
-	return nil
 }
 
 // BuildRecord turns ev into the Kafka record of DESIGN.md §4.

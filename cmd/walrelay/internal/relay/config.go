@@ -44,6 +44,9 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	KafkaTimeout      time.Duration
 
+	OnPoison string
+	DLQTopic string
+
 	Compression      string
 	Linger           time.Duration
 	BatchMaxBytes    int
@@ -147,6 +150,8 @@ func Defaults() Config {
 		MaxInFlight:            checkpoint.DefaultMaxInFlight,
 		ShutdownTimeout:        30 * time.Second,
 		KafkaTimeout:           15 * time.Second,
+		OnPoison:               OnPoisonDLQ,
+		DLQTopic:               sink.DefaultDLQTopic,
 		Compression:            "lz4",
 		Linger:                 5 * time.Millisecond,
 		BatchMaxBytes:          1 << 20,
@@ -176,6 +181,8 @@ func (c *Config) settings() []setting {
 		{"max-in-flight", "cap on records and transactions awaiting Kafka acks (backpressure)", intVal{&c.MaxInFlight}},
 		{"shutdown-timeout", "how long SIGTERM waits for in-flight records", durVal{&c.ShutdownTimeout}},
 		{"kafka-timeout", "how long startup waits for a Kafka broker to answer", durVal{&c.KafkaTimeout}},
+		{"on-poison", "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", stringVal{&c.OnPoison}},
+		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
 		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd", stringVal{&c.Compression}},
 		{"linger", "how long a partition waits to fill a batch", durVal{&c.Linger}},
 		{"batch-max-bytes", "largest record batch in bytes", intVal{&c.BatchMaxBytes}},
@@ -347,6 +354,9 @@ func (c Config) Validate() error {
 	if c.TopicReplicationFactor == 0 || c.TopicReplicationFactor < -1 || c.TopicReplicationFactor > 32767 {
 		return bad("topic-replication-factor", "must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)
 	}
+	if c.OnPoison != OnPoisonDLQ && c.OnPoison != OnPoisonStop {
+		return bad("on-poison", "must be dlq or stop, got %q", c.OnPoison)
+	}
 	if _, err := columnPreset(c.Columns); err != nil {
 		return bad("columns", "%v", err)
 	}
@@ -376,6 +386,12 @@ func classifySinkErr(err error) error {
 		return &ConfigError{Key: "compression", Err: err}
 	case strings.HasPrefix(msg, "topic template"):
 		return &ConfigError{Key: "topic", Err: err}
+	case strings.HasPrefix(msg, "dead-letter topic"):
+		return &ConfigError{Key: "dlq-topic", Err: err}
+	case strings.HasPrefix(msg, "kafka linger"):
+		return &ConfigError{Key: "linger", Err: err}
+	case strings.HasPrefix(msg, "kafka batch max bytes"):
+		return &ConfigError{Key: "batch-max-bytes", Err: err}
 	}
 	return &ConfigError{Key: "kafka", Err: err}
 }
@@ -415,6 +431,7 @@ func (c Config) sinkConfig() sink.Config {
 		DisableCreateTopics:    !c.CreateTopics,
 		TopicPartitions:        int32(c.TopicPartitions),
 		TopicReplicationFactor: int16(c.TopicReplicationFactor),
+		DLQTopic:               c.DLQTopic,
 	}
 }
 

@@ -13,6 +13,7 @@ type metrics struct {
 	transactions     prometheus.Counter
 	ignored          *prometheus.CounterVec
 	produceFailures  prometheus.Counter
+	deadLetters      *prometheus.CounterVec
 	reconnects       *prometheus.CounterVec
 	heartbeatLatency prometheus.Histogram
 	heartbeatErrors  prometheus.Counter
@@ -30,6 +31,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "walrelay_changes_ignored_total", Help: "Changes that are not events (update, delete, truncate, foreign messages), by reason."}, []string{"reason"}),
 		produceFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_produce_failures_total", Help: "Records Kafka refused for good (walrelay stops on them)."}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walrelay_dead_letters_total", Help: "Events sent to the dead-letter topic, by reason."}, []string{"reason"}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_reconnects_total", Help: "Reconnects to Postgres after a lost replication connection, by cause."}, []string{"cause"}),
 		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -42,7 +45,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_ready", Help: "1 while streaming from the slot, 0 while connecting or standing by."}),
 	}
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.reconnects,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

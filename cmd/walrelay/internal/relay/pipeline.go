@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -13,12 +14,20 @@ import (
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // producer is what the pipeline needs from the sink.
 type producer interface {
 	Produce(ctx context.Context, ev *decoder.Event, done func(error)) error
+	ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error
 }
+
+// Poison policies (--on-poison).
+const (
+	OnPoisonDLQ  = "dlq"
+	OnPoisonStop = "stop"
+)
 
 // batchSource is what the pipeline needs from the replication stream.
 type batchSource interface {
@@ -31,11 +40,13 @@ type PoisonError struct {
 	EventID string
 	Table   string
 	LSN     pglogrepl.LSN
+	Reason  string
 	Err     error
 }
 
 func (e *PoisonError) Error() string {
-	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced: %v", e.EventID, e.Table, e.LSN, e.Err)
+	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced (%s): %v; the slot stays before it (use --on-poison=dlq to dead-letter such events)",
+		e.EventID, e.Table, e.LSN, e.Reason, e.Err)
 }
 
 func (e *PoisonError) Unwrap() error { return e.Err }
@@ -47,6 +58,8 @@ type pipeline struct {
 	dec        *decoder.Decoder
 	tr         *checkpoint.Tracker
 	sink       producer
+	onPoison   string
+	log        *slog.Logger
 	m          *metrics
 	produceCtx context.Context // outlives a graceful drain
 	fatal      chan error      // first produce failure; capacity 1
@@ -135,15 +148,12 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 }
 
 func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
-	if ev.Poison != nil {
-		p.m.produceFailures.Inc()
-		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Err: ev.Poison}
-	}
+	// Track first: whatever happens to the event, the watermark waits for it.
 	ack, err := p.tr.Add(ctx)
 	if err != nil {
 		return err
 	}
-	err = p.sink.Produce(p.produceCtx, ev, func(err error) {
+	done := func(err error) {
 		if err != nil {
 			p.m.produceFailures.Inc()
 			p.fail(err)
@@ -151,10 +161,64 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		}
 		ack.Done()
 		p.m.events.Inc()
-	})
-	if err != nil {
-		p.m.produceFailures.Inc()
-		return err
 	}
-	return nil
+	if reason, cause := poisonOf(ev); cause != nil {
+		return p.deadLetter(ev, "", reason, cause, done)
+	}
+	err = p.sink.Produce(p.produceCtx, ev, done)
+	if err == nil {
+		return nil
+	}
+	var pe *sink.ProduceError
+	if errors.As(err, &pe) {
+		switch {
+		case errors.Is(err, sink.ErrInvalidTopic):
+			return p.deadLetter(ev, pe.Topic, "invalid_topic", err, done)
+		case errors.Is(err, sink.ErrTooLarge):
+			return p.deadLetter(ev, pe.Topic, "too_large", err, done)
+		}
+	}
+	p.m.produceFailures.Inc()
+	return err
+}
+
+// deadLetter sends ev to the dead-letter topic, or stops with a
+// *PoisonError under --on-poison=stop. Either way the event is accounted for:
+// never skipped.
+func (p *pipeline) deadLetter(ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
+	if p.onPoison == OnPoisonStop {
+		p.m.produceFailures.Inc()
+		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: reason, Err: cause}
+	}
+	p.m.deadLetters.WithLabelValues(reason).Inc()
+	p.log.Warn("event dead-lettered", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID, "table", ev.Table,
+		"reason", reason, "error", cause.Error())
+	return p.sink.ProduceDeadLetter(p.produceCtx, ev, intended, reason, cause, done)
+}
+
+// poisonOf says why ev's values cannot become a valid record, if they cannot.
+func poisonOf(ev *decoder.Event) (string, error) {
+	if ev.Poison != nil {
+		for _, c := range []struct {
+			err    error
+			reason string
+		}{
+			{decoder.ErrNullAggregateID, "null_aggregate_id"},
+			{decoder.ErrNullField, "null_field"},
+			{decoder.ErrBadHeaders, "bad_headers"},
+			{decoder.ErrBadPayload, "bad_payload"},
+			{decoder.ErrBadTimestamp, "bad_timestamp"},
+			{decoder.ErrBadMessage, "bad_message"},
+			{decoder.ErrUnsupportedValue, "unsupported_value"},
+		} {
+			if errors.Is(ev.Poison, c.err) {
+				return c.reason, ev.Poison
+			}
+		}
+		return "undecodable", ev.Poison
+	}
+	if len(ev.AggregateID) == 0 {
+		return "empty_aggregate_id", errors.New("aggregate id is empty: records of one aggregate need a key to keep their order")
+	}
+	return "", nil
 }

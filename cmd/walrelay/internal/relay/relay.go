@@ -192,7 +192,7 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 			r.ready.Store(true)
 			r.m.ready.Set(1)
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, m: r.m, produceCtx: r.produceCtx,
+	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
 		fatal: make(chan error, 1), walEnd: r.walEnd}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.Run(gctx) })

@@ -1,0 +1,86 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+)
+
+// ErrTooLarge reports a record larger than its topic accepts.
+var ErrTooLarge = errors.New("record larger than the topic's max.message.bytes")
+
+// Dead-letter header names.
+const (
+	HeaderDLQReason         = "walrelay.dlq.reason"
+	HeaderDLQError          = "walrelay.dlq.error"
+	HeaderDLQTable          = "walrelay.dlq.table"
+	HeaderDLQTopic          = "walrelay.dlq.topic"
+	HeaderDLQPayloadOmitted = "walrelay.dlq.payload_omitted_bytes"
+)
+
+// DefaultDLQTopic is the default dead-letter topic.
+const DefaultDLQTopic = "walrelay.dlq"
+
+// recordOverhead bounds the bytes Kafka adds around one record in a batch of
+// one (batch header and record framing), so that the uncompressed size check
+// never lets through a record the broker refuses.
+const recordOverhead = 61 + 32
+
+// RecordSize returns the uncompressed size of r as Kafka counts it against
+// max.message.bytes, rounded up.
+func RecordSize(r *kgo.Record) int {
+	n := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 10
+	}
+	return n
+}
+
+// checkSize refuses a record larger than its topic's max.message.bytes.
+func (s *Sink) checkSize(rec *kgo.Record) error {
+	limit := int(s.MaxMessageBytes(rec.Topic))
+	if limit <= 0 {
+		limit = int(s.cfg.BatchMaxBytes)
+	}
+	if size := RecordSize(rec); size > limit {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, limit)
+	}
+	return nil
+}
+
+// ProduceDeadLetter sends ev to the dead-letter topic with the reason in
+// headers: reason (a short code), the error text, the source table, the topic
+// the event was meant for, and the usual id, event_type, aggregate_type,
+// walrelay.lsn and walrelay.xid. The value is the payload, or null with
+// walrelay.dlq.payload_omitted_bytes when the payload itself is too large for
+// the dead-letter topic. done is called exactly once, as for Produce.
+func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
+	topic := s.cfg.DLQTopic
+	if err := s.ensureTopic(ctx, topic); err != nil {
+		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter topic: %w", err)}
+	}
+	rec := BuildRecord(topic, ev)
+	if len(rec.Key) == 0 {
+		rec.Key = nil
+	}
+	rec.Headers = append(rec.Headers,
+		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderDLQError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderDLQTable, Value: []byte(ev.Table)},
+		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(intended)},
+	)
+	if s.checkSize(rec) != nil {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQPayloadOmitted, Value: []byte(strconv.Itoa(len(rec.Value)))})
+		rec.Value = nil
+		if err := s.checkSize(rec); err != nil {
+			return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter record: %w", err)}
+		}
+	}
+	s.produce(ctx, rec, ev, done)
+	return nil
+}
