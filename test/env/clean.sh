@@ -2,6 +2,7 @@
 # `make clean`: stop whatever the test, demo and bench scripts left running and remove their
 # state dirs. The jar cache (${WALRELAY_CACHE:-$HOME/.cache/walrelay}) is kept.
 set -euo pipefail
+# shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=clean
 

@@ -8,6 +8,7 @@
 #                           themselves (for example a second Postgres with wal_level=replica).
 
 WALRELAY_ENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck disable=SC2034 # used by the scripts that source this file
 WALRELAY_ROOT="$(cd "$WALRELAY_ENV_DIR/../.." && pwd)"
 WALRELAY_TEST_DIR="${WALRELAY_TEST_DIR:-/tmp/walrelay-test}"
 

@@ -10,6 +10,7 @@
 # WALRELAY_DEMO_KAFKA_PORT (59102), WALRELAY_BIN (default bin/walrelay, built when missing),
 # WALRELAY_DEMO_KEEP=1 (leave Postgres and Kafka running afterwards).
 set -euo pipefail
+# shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=demo
 cd "$WALRELAY_ROOT"
@@ -67,18 +68,23 @@ if [ ! -x "$BIN" ]; then
 	CGO_ENABLED=0 go build -o "$BIN" ./cmd/walrelay
 fi
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then
+	step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+	step() { printf '\n== %s\n' "$*"; }
+fi
 
 step "walrelay migrate"
 "$BIN" migrate --postgres-dsn "$DSN" 8>&-
 psql_ -c '\d public.outbox'
 
 step "walrelay run (log: $WLOG)"
-"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot "$SLOT" \
-	--metrics-addr 127.0.0.1:0 --heartbeat-interval 2s >"$WLOG" 2>&1 8>&- </dev/null &
+run_args=(run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot "$SLOT"
+	--metrics-addr 127.0.0.1:0 --heartbeat-interval 2s)
+"$BIN" "${run_args[@]}" >"$WLOG" 2>&1 8>&- </dev/null &
 wpid=$!
 echo "$wpid" >"$WPID_FILE"
-echo "pid $wpid: $BIN run --postgres-dsn $DSN --kafka-brokers $BROKERS --slot $SLOT --metrics-addr 127.0.0.1:0"
+echo "pid $wpid: $BIN ${run_args[*]}"
 
 # Events are only captured once the slot exists: wait until walrelay streams from it.
 deadline=$((SECONDS + 60))

@@ -15,8 +15,9 @@
 #   WALRELAY_KAFKA_VERSION       org.apache.kafka:kafka_2.13 version (default 4.3.1)
 #   WALRELAY_CACHE               jar cache (default $HOME/.cache/walrelay), outside the work tree
 #   WALRELAY_TEST_KAFKA_HEAP     JVM heap flags (default "-Xms256m -Xmx512m")
-#   WALRELAY_TEST_KAFKA_START_TIMEOUT  seconds to wait for the broker (default 60)
+#   WALRELAY_TEST_KAFKA_START_TIMEOUT  seconds to wait for the broker (default 120)
 set -euo pipefail
+# shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=kafka
 
@@ -31,7 +32,7 @@ DATA="$STATE/data"
 PIDFILE="$STATE/kafka.pid"
 PROPS="$STATE/server.properties"
 LOG4J="$STATE/log4j2.properties"
-START_TIMEOUT="${WALRELAY_TEST_KAFKA_START_TIMEOUT:-60}"
+START_TIMEOUT="${WALRELAY_TEST_KAFKA_START_TIMEOUT:-120}"
 
 fetch() {
 	if [ -f "$LIBS/.complete" ]; then
@@ -47,9 +48,10 @@ fetch() {
 		rm -rf "$tmp"
 		log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven into $LIBS"
 		if ! mvn -B -q -Dstyle.color=never -f "$WALRELAY_ROOT/test/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
-			dependency:copy-dependencies -DoutputDirectory="$tmp" >&2; then
+			dependency:copy-dependencies -DoutputDirectory="$tmp" >"$CACHE_DIR/mvn.log" 2>&1; then
+			sed 's/\x1b\[[0-9;]*m//g' "$CACHE_DIR/mvn.log" >&2
 			rm -rf "$tmp"
-			die "maven could not resolve kafka_2.13:$KAFKA_VERSION"
+			die "maven could not resolve kafka_2.13:$KAFKA_VERSION (log: $CACHE_DIR/mvn.log)"
 		fi
 		[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ] || die "kafka_2.13-$KAFKA_VERSION.jar missing after resolution"
 		ls "$tmp" >"$tmp/.complete"
@@ -72,9 +74,12 @@ java_bin() {
 jvm_cmd() {
 	local heap
 	read -r -a heap <<<"${WALRELAY_TEST_KAFKA_HEAP:--Xms256m -Xmx512m}"
+	# java.io.tmpdir: lz4/zstd/snappy unpack native libraries there; keep them in the state dir.
+	# -XX:-UsePerfData: no /tmp/hsperfdata_* files.
+	mkdir -p "$STATE/tmp"
 	JVM=("$(java_bin)" "${heap[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError
-		-Djava.awt.headless=true -Dkafka.logs.dir="$STATE/logs" -Dlog4j2.configurationFile="file:$LOG4J"
-		-cp "$LIBS/*")
+		-XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" -Djava.awt.headless=true
+		-Dkafka.logs.dir="$STATE/logs" -Dlog4j2.configurationFile="file:$LOG4J" -cp "$LIBS/*")
 }
 
 jvm() {
@@ -182,6 +187,10 @@ wait_ready() {
 	until answers; do
 		if ! pid_alive "$pid"; then
 			tail -n 40 "$STATE/kafka.out" "$STATE/logs/server.log" >&2 2>/dev/null || true
+			if grep -qs "Address already in use" "$STATE/kafka.out" "$STATE/logs/server.log"; then
+				log "sockets on 127.0.0.1:$KAFKA_PORT/$KAFKA_CONTROLLER_PORT:"
+				ss -tanp "( sport = :$KAFKA_PORT or sport = :$KAFKA_CONTROLLER_PORT )" >&2 2>/dev/null || true
+			fi
 			die "broker exited during startup (logs: $STATE/kafka.out, $STATE/logs/server.log)"
 		fi
 		if [ "$SECONDS" -ge "$deadline" ]; then
@@ -268,6 +277,7 @@ cmd_status() {
 
 cmd_env() {
 	emit_export WALRELAY_TEST_KAFKA "$KAFKA_ADDR"
+	emit_export WALRELAY_TEST_KAFKA_PORT "$KAFKA_PORT"
 	emit_export WALRELAY_TEST_KAFKA_LOG "$STATE/logs/server.log"
 }
 

@@ -19,6 +19,7 @@
 # `postgres` user, which owns the data directory. A second cluster needs its own
 # WALRELAY_TEST_DIR and WALRELAY_TEST_PG_PORT.
 set -euo pipefail
+# shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=pg
 

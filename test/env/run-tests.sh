@@ -14,8 +14,9 @@
 # flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
 # WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging).
 set -euo pipefail
+# shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-WALRELAY_LOG_TAG=test
+WALRELAY_LOG_TAG="test"
 cd "$WALRELAY_ROOT"
 
 WALRELAY_TEST_DIR="$(abs_path "$WALRELAY_TEST_DIR")"
