@@ -30,6 +30,7 @@ Usage:
   walrelay migrate [flags]   create the outbox table (idempotent)
   walrelay doctor  [flags]   check Postgres and Kafka prerequisites and say how to fix each
   walrelay status  [flags]   show the slot's position, lag and retained WAL
+  walrelay prune   [flags]   delete (or drop partitions of) outbox rows older than --older-than
   walrelay version
 
 Run 'walrelay <command> -h' for the flags. Every flag can also be set as
@@ -100,6 +101,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return ExitFailure
 		}
 		return ExitOK
+	case "prune":
+		return pruneCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "walrelay", Version)
 		return ExitOK
