@@ -328,9 +328,15 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 	if len(rows) == 0 {
 		if c.cfg.NoCreatePublication {
 			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
-				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert');", ident, c.quotedTables())}
+				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())}
 		}
-		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", ident, c.quotedTables())
+		// publish_via_partition_root: inserts into a partitioned outbox arrive
+		// under the outbox's name, not its daily partitions'. A tableless
+		// outbox needs no table: logical messages are not filtered.
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)", ident, c.quotedTables())
+		if len(c.tables) == 0 {
+			sql = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish = 'insert')", ident)
+		}
 		if _, err := c.query(ctx, sql); err != nil {
 			return fmt.Errorf("create publication %s: %w", c.cfg.Publication, err)
 		}

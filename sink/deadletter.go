@@ -64,7 +64,7 @@ func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intende
 	if err := s.ensureTopic(ctx, topic); err != nil {
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter topic: %w", err)}
 	}
-	rec := BuildRecord(topic, ev)
+	rec := s.record(topic, ev)
 	if len(rec.Key) == 0 {
 		rec.Key = nil
 	}

@@ -64,6 +64,16 @@ type Config struct {
 	ClientID string
 	// DLQTopic is the dead-letter topic. Default "walrelay.dlq".
 	DLQTopic string
+	// TableTopics gives tables ("schema.table", as Event.Table) their own
+	// topic template; other events use Topic.
+	TableTopics map[string]string
+	// CloudEvents adds CloudEvents binary-mode headers: ce_id, ce_type,
+	// ce_source (CloudEventsSource with {table} replaced by the event's
+	// schema.table, or "message"), ce_time, ce_specversion "1.0", and
+	// content-type (ContentType, default application/json).
+	CloudEvents       bool
+	CloudEventsSource string
+	ContentType       string
 }
 
 // Validate reports a configuration that cannot work, naming the key.
@@ -86,6 +96,11 @@ func (c Config) Validate() error {
 	if c.Topic != "" {
 		if _, err := ParseTemplate(c.Topic); err != nil {
 			return err
+		}
+	}
+	for table, t := range c.TableTopics {
+		if _, err := ParseTemplate(t); err != nil {
+			return fmt.Errorf("topic template for %s: %w", table, err)
 		}
 	}
 	if c.DLQTopic != "" {
@@ -139,6 +154,12 @@ func (c *Config) setDefaults() {
 	if c.DLQTopic == "" {
 		c.DLQTopic = DefaultDLQTopic
 	}
+	if c.CloudEventsSource == "" {
+		c.CloudEventsSource = "/walrelay/{table}"
+	}
+	if c.ContentType == "" {
+		c.ContentType = "application/json"
+	}
 }
 
 func codec(name string) (kgo.CompressionCodec, error) {
@@ -188,6 +209,7 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 type Sink struct {
 	cfg   Config
 	tmpl  Template
+	tmpls map[string]Template // by Event.Table
 	log   *slog.Logger
 	extra []kgo.Opt
 
@@ -209,7 +231,14 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, tmpl: tmpl, log: slog.Default(), topics: map[string]int32{}}
+	s := &Sink{cfg: cfg, tmpl: tmpl, tmpls: map[string]Template{}, log: slog.Default(), topics: map[string]int32{}}
+	for table, src := range cfg.TableTopics {
+		t, err := ParseTemplate(src)
+		if err != nil {
+			return nil, err
+		}
+		s.tmpls[table] = t
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -248,7 +277,12 @@ func (s *Sink) Ping(ctx context.Context) error {
 }
 
 // Topic returns the topic ev routes to.
-func (s *Sink) Topic(ev *decoder.Event) (string, error) { return s.tmpl.Render(ev) }
+func (s *Sink) Topic(ev *decoder.Event) (string, error) {
+	if t, ok := s.tmpls[ev.Table]; ok {
+		return t.Render(ev)
+	}
+	return s.tmpl.Render(ev)
+}
 
 // Produce sends ev asynchronously. done is called exactly once: with nil
 // after Kafka acknowledged the record (acks=all), or with a *ProduceError.
@@ -265,14 +299,14 @@ func (s *Sink) Topic(ev *decoder.Event) (string, error) { return s.tmpl.Render(e
 // values) without copying them; the caller must not modify them afterwards.
 // ev itself is not retained.
 func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
-	topic, err := s.tmpl.Render(ev)
+	topic, err := s.Topic(ev)
 	if err != nil {
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	if err := s.ensureTopic(ctx, topic); err != nil {
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	rec := BuildRecord(topic, ev)
+	rec := s.record(topic, ev)
 	if err := s.checkSize(rec); err != nil {
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
@@ -289,6 +323,43 @@ func (s *Sink) produce(ctx context.Context, rec *kgo.Record, ev *decoder.Event, 
 		}
 		done(nil)
 	})
+}
+
+// record builds ev's record with the configured extras.
+func (s *Sink) record(topic string, ev *decoder.Event) *kgo.Record {
+	rec := BuildRecord(topic, ev)
+	if s.cfg.CloudEvents {
+		rec.Headers = append(rec.Headers, CloudEventsHeaders(ev, rec.Timestamp, s.cfg.CloudEventsSource, s.cfg.ContentType)...)
+	}
+	return rec
+}
+
+// CloudEvents header names (Kafka protocol binding, binary content mode).
+const (
+	HeaderCEID          = "ce_id"
+	HeaderCEType        = "ce_type"
+	HeaderCESource      = "ce_source"
+	HeaderCETime        = "ce_time"
+	HeaderCESpecVersion = "ce_specversion"
+	HeaderContentType   = "content-type"
+)
+
+// CloudEventsHeaders returns the CloudEvents binary-mode headers for ev.
+// source may contain {table}, replaced by ev.Table ("message" for tableless
+// events).
+func CloudEventsHeaders(ev *decoder.Event, ts time.Time, source, contentType string) []kgo.RecordHeader {
+	table := ev.Table
+	if table == "" {
+		table = "message"
+	}
+	return []kgo.RecordHeader{
+		{Key: HeaderCESpecVersion, Value: []byte("1.0")},
+		{Key: HeaderCEID, Value: []byte(ev.ID)},
+		{Key: HeaderCEType, Value: []byte(ev.EventType)},
+		{Key: HeaderCESource, Value: []byte(strings.ReplaceAll(source, "{table}", table))},
+		{Key: HeaderCETime, Value: []byte(ts.UTC().Format(time.RFC3339Nano))},
+		{Key: HeaderContentType, Value: []byte(contentType)},
+	}
 }
 
 // BuildRecord turns ev into the Kafka record of DESIGN.md §4.

@@ -62,7 +62,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return doctor(ctx, cfg, stdout)
 		}
 		log.Info("walrelay starting", "version", Version, "slot", cfg.Slot, "publication", cfg.Publication,
-			"tables", strings.Join(cfg.Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
+			"tables", strings.Join(cfg.replicationConfig().Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
 		if err := Run(ctx, cfg, log); err != nil {
 			log.Error("walrelay stopped", "error", err.Error())
 			var ce *ConfigError

@@ -29,6 +29,21 @@ type Config struct {
 	Tables       []string
 	Topic        string
 	Columns      string // column preset: default or debezium
+	// ColumnMap overrides single columns of the preset for every table given
+	// with --table: role (id, aggregate_type, aggregate_id, event_type,
+	// payload, headers, timestamp) → column name; "none" unmaps an optional one.
+	ColumnMap map[string]string
+	// TableSpecs, from the YAML key tables, gives each outbox table its own
+	// preset, columns and topic; it replaces --table, --columns and the
+	// column flags.
+	TableSpecs []TableSpec
+	// MessagePrefix is the logical message prefix of tableless outbox events
+	// ("" disables them).
+	MessagePrefix string
+
+	CloudEvents       bool
+	CloudEventsSource string
+	ContentType       string
 
 	MetricsAddr string
 
@@ -114,6 +129,17 @@ func (v boolVal) Set(s string) error {
 	return nil
 }
 
+type mapVal struct {
+	m   map[string]string
+	key string
+}
+
+func (v mapVal) String() string { return v.m[v.key] }
+func (v mapVal) Set(s string) error {
+	v.m[v.key] = strings.TrimSpace(s)
+	return nil
+}
+
 type durVal struct{ p *time.Duration }
 
 func (v durVal) String() string { return v.p.String() }
@@ -139,6 +165,10 @@ func Defaults() Config {
 		Tables:                 []string{"public.outbox"},
 		Topic:                  "outbox.event.{aggregate_type}",
 		Columns:                "default",
+		ColumnMap:              map[string]string{},
+		MessagePrefix:          "walrelay.outbox",
+		CloudEventsSource:      "/walrelay/{table}",
+		ContentType:            "application/json",
 		MetricsAddr:            ":9187",
 		CreateSlot:             true,
 		CreatePublication:      true,
@@ -170,6 +200,17 @@ func (c *Config) settings() []setting {
 		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
 		{"topic", "topic template; placeholders {aggregate_type}, {event_type}, {table}", stringVal{&c.Topic}},
 		{"columns", "outbox column preset: default or debezium", stringVal{&c.Columns}},
+		{"column-id", "column holding the event id (overrides the preset)", mapVal{c.ColumnMap, "id"}},
+		{"column-aggregate-type", "column holding the aggregate type", mapVal{c.ColumnMap, "aggregate_type"}},
+		{"column-aggregate-id", "column holding the aggregate id (the record key)", mapVal{c.ColumnMap, "aggregate_id"}},
+		{"column-event-type", "column holding the event type", mapVal{c.ColumnMap, "event_type"}},
+		{"column-payload", "column holding the payload (jsonb, json, text or bytea)", mapVal{c.ColumnMap, "payload"}},
+		{"column-headers", "jsonb column whose top-level string entries become headers (none: no such column)", mapVal{c.ColumnMap, "headers"}},
+		{"column-timestamp", "timestamp column used as the record timestamp (none: commit time)", mapVal{c.ColumnMap, "timestamp"}},
+		{"message-prefix", "logical message prefix of tableless outbox events (empty disables)", stringVal{&c.MessagePrefix}},
+		{"cloudevents", "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", boolVal{&c.CloudEvents}},
+		{"cloudevents-source", "ce_source; {table} is replaced by schema.table (or message)", stringVal{&c.CloudEventsSource}},
+		{"content-type", "content-type header in CloudEvents mode", stringVal{&c.ContentType}},
 		{"metrics-addr", "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", stringVal{&c.MetricsAddr}},
 		{"create-slot", "create the replication slot when missing", boolVal{&c.CreateSlot}},
 		{"create-publication", "create the publication when missing", boolVal{&c.CreatePublication}},
@@ -241,7 +282,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		byName[s.name] = s
 	}
 	if *configFile != "" {
-		if err := applyYAML(*configFile, byName); err != nil {
+		if err := applyYAML(*configFile, byName, &cfg); err != nil {
 			return Config{}, err
 		}
 	}
@@ -274,7 +315,7 @@ func lookupEnv(getenv func(string) string, key string) (string, bool) {
 	return v, v != ""
 }
 
-func applyYAML(path string, byName map[string]setting) error {
+func applyYAML(path string, byName map[string]setting, cfg *Config) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return &ConfigError{Key: "config", Source: "flag", Err: err}
@@ -289,6 +330,12 @@ func applyYAML(path string, byName map[string]setting) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if k == "tables" {
+			if err := tableSpecsFromYAML(raw[k], cfg); err != nil {
+				return &ConfigError{Key: "tables", Source: path, Err: err}
+			}
+			continue
+		}
 		s, ok := byName[strings.ReplaceAll(k, "_", "-")]
 		if !ok {
 			return &ConfigError{Key: "config", Source: path, Err: fmt.Errorf("unknown key %q", k)}
@@ -324,8 +371,33 @@ func (c Config) Validate() error {
 	if len(c.KafkaBrokers) == 0 {
 		return bad("kafka-brokers", "required, e.g. kafka1:9092,kafka2:9092")
 	}
-	if len(c.Tables) == 0 {
-		return bad("table", "at least one outbox table is required")
+	if _, err := columnPreset(c.Columns); err != nil {
+		return bad("columns", "%v", err)
+	}
+	if _, err := applyColumnMap(decoder.DefaultColumns(), c.ColumnMap); err != nil {
+		return bad("column-"+strings.ReplaceAll(firstRole(c.ColumnMap), "_", "-"), "%v", err)
+	}
+	ts, err := c.tables()
+	if err != nil {
+		key := "table"
+		if len(c.TableSpecs) > 0 {
+			key = "tables"
+		}
+		return bad(key, "%v", err)
+	}
+	if len(ts) == 0 && c.MessagePrefix == "" {
+		return bad("table", "at least one outbox table is required (or a message-prefix for the tableless outbox)")
+	}
+	for _, t := range ts {
+		if _, err := sink.ParseTemplate(t.topic); err != nil {
+			if t.topic == c.Topic {
+				return bad("topic", "%v", err)
+			}
+			return bad("tables", "%s: %v", t.name, err)
+		}
+	}
+	if c.MessagePrefix == heartbeatPrefix {
+		return bad("message-prefix", "%q is reserved for heartbeats", c.MessagePrefix)
 	}
 	if c.MaxInFlight < 2 {
 		return bad("max-in-flight", "must be at least 2, got %d", c.MaxInFlight)
@@ -357,9 +429,6 @@ func (c Config) Validate() error {
 	if c.OnPoison != OnPoisonDLQ && c.OnPoison != OnPoisonStop {
 		return bad("on-poison", "must be dlq or stop, got %q", c.OnPoison)
 	}
-	if _, err := columnPreset(c.Columns); err != nil {
-		return bad("columns", "%v", err)
-	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return bad("log-level", "%v", err)
 	}
@@ -384,6 +453,8 @@ func classifySinkErr(err error) error {
 		return &ConfigError{Key: "kafka-brokers", Err: err}
 	case strings.HasPrefix(msg, "kafka compression"):
 		return &ConfigError{Key: "compression", Err: err}
+	case strings.HasPrefix(msg, "topic template for"):
+		return &ConfigError{Key: "tables", Err: err}
 	case strings.HasPrefix(msg, "topic template"):
 		return &ConfigError{Key: "topic", Err: err}
 	case strings.HasPrefix(msg, "dead-letter topic"):
@@ -407,11 +478,16 @@ func columnPreset(name string) (decoder.Columns, error) {
 }
 
 func (c Config) replicationConfig() replication.Config {
+	ts, _ := c.tables()
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name.String()
+	}
 	return replication.Config{
 		DSN:                 c.PostgresDSN,
 		Slot:                c.Slot,
 		Publication:         c.Publication,
-		Tables:              c.Tables,
+		Tables:              names,
 		NoCreateSlot:        !c.CreateSlot,
 		NoCreatePublication: !c.CreatePublication,
 		StatusInterval:      c.StatusInterval,
@@ -420,7 +496,18 @@ func (c Config) replicationConfig() replication.Config {
 }
 
 func (c Config) sinkConfig() sink.Config {
+	ts, _ := c.tables()
+	topics := map[string]string{}
+	for _, t := range ts {
+		if t.topic != c.Topic {
+			topics[t.name.String()] = t.topic
+		}
+	}
 	return sink.Config{
+		TableTopics:            topics,
+		CloudEvents:            c.CloudEvents,
+		CloudEventsSource:      c.CloudEventsSource,
+		ContentType:            c.ContentType,
 		Brokers:                c.KafkaBrokers,
 		Topic:                  c.Topic,
 		Compression:            c.Compression,
@@ -436,17 +523,23 @@ func (c Config) sinkConfig() sink.Config {
 }
 
 func (c Config) decoderConfig() (decoder.Config, error) {
-	cols, err := columnPreset(c.Columns)
+	ts, err := c.tables()
 	if err != nil {
 		return decoder.Config{}, err
 	}
-	dc := decoder.Config{}
-	for _, t := range c.Tables {
-		tn, err := replication.ParseTable(t)
-		if err != nil {
-			return decoder.Config{}, err
-		}
-		dc.Tables = append(dc.Tables, decoder.Table{Schema: tn.Schema, Name: tn.Name, Columns: cols})
+	dc := decoder.Config{MessagePrefix: c.MessagePrefix, HeartbeatPrefix: heartbeatPrefix}
+	for _, t := range ts {
+		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns})
 	}
 	return dc, nil
+}
+
+// firstRole names the column role an error most likely concerns.
+func firstRole(m map[string]string) string {
+	for _, r := range columnRoles {
+		if v, ok := m[r]; ok && v == "none" {
+			return r
+		}
+	}
+	return "id"
 }

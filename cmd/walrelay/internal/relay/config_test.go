@@ -107,3 +107,84 @@ func TestHeartbeatZeroDisables(t *testing.T) {
 		t.Fatalf("heartbeat interval %v, want 0", cfg.HeartbeatInterval)
 	}
 }
+
+func TestTablesFromYAML(t *testing.T) {
+	yml := filepath.Join(t.TempDir(), "w.yaml")
+	if err := os.WriteFile(yml, []byte(`
+postgres_dsn: postgres://u@h/db
+kafka_brokers: k:9092
+topic: default.{aggregate_type}
+tables:
+  - name: billing.outbox
+    columns: debezium
+    topic: billing.{event_type}
+  - name: shipping.outbox
+    column_map: {aggregate_id: shipment_id, headers: none}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"--config", yml}, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := cfg.decoderConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dc.Tables) != 2 {
+		t.Fatalf("tables %+v", dc.Tables)
+	}
+	if got := dc.Tables[0].Columns.AggregateType; got != "aggregatetype" {
+		t.Errorf("billing preset not applied: aggregate type column %q", got)
+	}
+	if got := dc.Tables[1].Columns; got.AggregateID != "shipment_id" || got.Headers != "" || got.Payload != "payload" {
+		t.Errorf("shipping column map not applied: %+v", got)
+	}
+	sc := cfg.sinkConfig()
+	if sc.TableTopics["billing.outbox"] != "billing.{event_type}" || sc.Topic != "default.{aggregate_type}" {
+		t.Errorf("routing: %+v / %q", sc.TableTopics, sc.Topic)
+	}
+	if _, ok := sc.TableTopics["shipping.outbox"]; ok {
+		t.Errorf("shipping should use the default topic")
+	}
+	if got := strings.Join(cfg.replicationConfig().Tables, ","); got != "billing.outbox,shipping.outbox" {
+		t.Errorf("publication tables %q", got)
+	}
+}
+
+func TestColumnFlagsAndTablelessOnly(t *testing.T) {
+	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	cfg, err := Load(append(base, "--columns", "debezium", "--column-aggregate-id", "agg", "--column-timestamp", "occurred_at"), envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, _ := cfg.decoderConfig()
+	if c := dc.Tables[0].Columns; c.AggregateID != "agg" || c.Timestamp != "occurred_at" || c.EventType != "type" {
+		t.Fatalf("columns %+v", c)
+	}
+	if dc.MessagePrefix != "walrelay.outbox" {
+		t.Fatalf("message prefix %q", dc.MessagePrefix)
+	}
+	// Tableless only: no table at all is fine with a message prefix.
+	cfg, err = Load(append(base, "--table", ""), envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("tableless-only config refused: %v", err)
+	}
+	if n := len(cfg.replicationConfig().Tables); n != 0 {
+		t.Fatalf("tables %d", n)
+	}
+	// ... but not without one.
+	_, err = Load(append(base, "--table", "", "--message-prefix", ""), envMap(nil), io.Discard)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "table" {
+		t.Fatalf("no table and no prefix: %v", err)
+	}
+	_, err = Load(append(base, "--column-payload", "none"), envMap(nil), io.Discard)
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "required") {
+		t.Fatalf("payload none: %v", err)
+	}
+	_, err = Load(append(base, "--on-poison", "ignore"), envMap(nil), io.Discard)
+	if !errors.As(err, &ce) || ce.Key != "on-poison" {
+		t.Fatalf("on-poison ignore: %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+)
+
+// TableSpec is one outbox table with its own mapping and routing (the YAML
+// key tables).
+type TableSpec struct {
+	// Name is schema.table.
+	Name string `yaml:"name"`
+	// Columns is the preset: default or debezium.
+	Columns string `yaml:"columns"`
+	// ColumnMap overrides single columns: role → column name.
+	ColumnMap map[string]string `yaml:"column_map"`
+	// Topic is the topic template; default the top-level topic.
+	Topic string `yaml:"topic"`
+}
+
+// columnRoles are the keys of a column map.
+var columnRoles = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "timestamp"}
+
+func tableSpecsFromYAML(v any, cfg *Config) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var specs []TableSpec
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&specs); err != nil {
+		return fmt.Errorf("must be a list of {name, columns, column_map, topic}: %w", err)
+	}
+	if len(specs) == 0 {
+		return errors.New("is empty")
+	}
+	cfg.TableSpecs = specs
+	return nil
+}
+
+// resolvedTable is one outbox table ready for the stages.
+type resolvedTable struct {
+	name    replication.TableName
+	columns decoder.Columns
+	topic   string
+}
+
+// tables resolves the outbox tables from TableSpecs, or from --table,
+// --columns and the column flags.
+func (c Config) tables() ([]resolvedTable, error) {
+	specs := c.TableSpecs
+	if len(specs) == 0 {
+		for _, t := range c.Tables {
+			specs = append(specs, TableSpec{Name: t, Columns: c.Columns, ColumnMap: c.ColumnMap})
+		}
+	}
+	out := make([]resolvedTable, 0, len(specs))
+	seen := map[replication.TableName]bool{}
+	for _, sp := range specs {
+		tn, err := replication.ParseTable(sp.Name)
+		if err != nil {
+			return nil, err
+		}
+		if seen[tn] {
+			return nil, fmt.Errorf("%s listed twice", tn)
+		}
+		seen[tn] = true
+		cols, err := columnPreset(sp.Columns)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", tn, err)
+		}
+		if cols, err = applyColumnMap(cols, sp.ColumnMap); err != nil {
+			return nil, fmt.Errorf("%s: %w", tn, err)
+		}
+		topic := sp.Topic
+		if topic == "" {
+			topic = c.Topic
+		}
+		out = append(out, resolvedTable{name: tn, columns: cols, topic: topic})
+	}
+	return out, nil
+}
+
+func applyColumnMap(cols decoder.Columns, m map[string]string) (decoder.Columns, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, role := range keys {
+		col := m[role]
+		if col == "" {
+			continue
+		}
+		if col == "none" {
+			col = ""
+		}
+		var p *string
+		switch role {
+		case "id":
+			p = &cols.ID
+		case "aggregate_type":
+			p = &cols.AggregateType
+		case "aggregate_id":
+			p = &cols.AggregateID
+		case "event_type":
+			p = &cols.EventType
+		case "payload":
+			p = &cols.Payload
+		case "headers":
+			p = &cols.Headers
+		case "timestamp":
+			p = &cols.Timestamp
+		default:
+			return cols, fmt.Errorf("unknown column role %q (use %s)", role, strings.Join(columnRoles, ", "))
+		}
+		if col == "" && role != "headers" && role != "timestamp" {
+			return cols, fmt.Errorf("column %s is required and cannot be none", role)
+		}
+		*p = col
+	}
+	return cols, nil
+}

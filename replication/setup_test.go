@@ -1,0 +1,102 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func TestParseTable(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    TableName
+		quoted  string
+		wantErr bool
+	}{
+		{"outbox", TableName{"public", "outbox"}, `"public"."outbox"`, false},
+		{"billing.outbox", TableName{"billing", "outbox"}, `"billing"."outbox"`, false},
+		{`we"ird.Out Box`, TableName{`we"ird`, "Out Box"}, `"we""ird"."Out Box"`, false},
+		{"a.b.c", TableName{}, "", true},
+		{".outbox", TableName{}, "", true},
+		{"public.", TableName{}, "", true},
+		{"", TableName{}, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseTable(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if got != tc.want || got.Quoted() != tc.quoted {
+				t.Fatalf("got %+v quoted %s, want %+v %s", got, got.Quoted(), tc.want, tc.quoted)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{DSN: "postgres://u@h/db", Slot: "walrelay", Publication: "walrelay", Tables: []string{"public.outbox"}}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		key    string // prefix of the error; "" means valid
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"no dsn", func(c *Config) { c.DSN = "" }, "postgres-dsn"},
+		{"bad dsn", func(c *Config) { c.DSN = "postgres://u@h:port/db" }, "postgres-dsn"},
+		{"upper case slot", func(c *Config) { c.Slot = "Walrelay" }, "slot"},
+		{"long publication", func(c *Config) { c.Publication = string(make([]byte, 64)) }, "publication"},
+		{"bad table", func(c *Config) { c.Tables = []string{"a.b.c"} }, "table"},
+		{"negative interval", func(c *Config) { c.StatusInterval = -1 }, "replication"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.key == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || len(err.Error()) < len(tc.key) || err.Error()[:len(tc.key)] != tc.key {
+				t.Fatalf("err = %v, want it to start with %q", err, tc.key)
+			}
+		})
+	}
+}
+
+func TestIsRetryable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"prerequisite", &PrereqError{Check: "wal_level"}, false},
+		{"slot in use", fmt.Errorf("start: %w", ErrSlotInUse), true},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), true},
+		{"net", &net.OpError{Op: "read", Err: errors.New("connection reset")}, true},
+		{"canceled", context.Canceled, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsRetryable(tc.err); got != tc.want {
+				t.Fatalf("IsRetryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
