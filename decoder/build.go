@@ -30,7 +30,7 @@ func columnPoison(m *mapping, role int, v colVal, nullErr error) error {
 	}
 }
 
-func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output) {
+func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, out *Output) {
 	m := rel.m
 	out.Kind = KindEvent
 	ev := &out.Event
@@ -52,41 +52,43 @@ func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output)
 		if p := columnPoison(m, role, v, ErrNullField); p != nil {
 			setPoison(p)
 		} else {
-			sb = append(sb, v.data...)
+			sb = append(sb, v.in(msg)...)
 		}
 		strEnd[i] = len(sb)
 	}
 
 	// Key.
-	keyLen, keyOK := -1, false // -1: NULL or unusable
+	keyLen := -1 // NULL or unusable
 	key := d.vals[m.idx[roleAggregateID]]
+	keyData := key.in(msg)
 	if p := columnPoison(m, roleAggregateID, key, ErrNullAggregateID); p != nil {
 		setPoison(p)
 		ev.AggregateIDNull = key.kind == colNull
 	} else if m.typ[roleAggregateID] == oidBytea {
-		if n, ok := byteaLen(key.data); ok {
-			keyLen, keyOK = n, true
+		if n, ok := byteaLen(keyData); ok {
+			keyLen = n
 		} else {
 			setPoison(fmt.Errorf("column %q: %w", m.col[roleAggregateID], ErrBadPayload))
 		}
 	} else {
-		keyLen, keyOK = len(key.data), true
+		keyLen = len(keyData)
 	}
 
 	// Payload.
-	payLen, payOK := -1, false
+	payLen := -1 // NULL or unusable
 	pay := d.vals[m.idx[rolePayload]]
+	payData := pay.in(msg)
 	if p := columnPoison(m, rolePayload, pay, nil); p != nil {
 		setPoison(p)
 	} else if pay.kind == colText {
 		if m.typ[rolePayload] == oidBytea {
-			if n, ok := byteaLen(pay.data); ok {
-				payLen, payOK = n, true
+			if n, ok := byteaLen(payData); ok {
+				payLen = n
 			} else {
 				setPoison(fmt.Errorf("column %q: %w", m.col[rolePayload], ErrBadPayload))
 			}
 		} else {
-			payLen, payOK = len(pay.data), true
+			payLen = len(payData)
 		}
 	}
 
@@ -97,8 +99,7 @@ func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output)
 		v := d.vals[i]
 		if p := columnPoison(m, roleHeaders, v, nil); p != nil {
 			setPoison(p)
-		} else if v.kind == colText && !(len(v.data) == 2 && v.data[0] == '{' && v.data[1] == '}') {
-			doc := v.data
+		} else if doc := v.in(msg); v.kind == colText && !(len(doc) == 2 && doc[0] == '{' && doc[1] == '}') {
 			ok := true
 			if m.typ[roleHeaders] == oidBytea {
 				if _, ok = byteaLen(doc); ok {
@@ -121,10 +122,10 @@ func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output)
 		if p := columnPoison(m, roleTimestamp, v, nil); p != nil {
 			setPoison(p)
 		} else if v.kind == colText {
-			if t, ok := parseTimestamp(v.data); ok {
+			if t, ok := parseTimestamp(v.in(msg)); ok {
 				ev.Timestamp = t
 			} else {
-				setPoison(fmt.Errorf("column %q: %w: %q", m.col[roleTimestamp], ErrBadTimestamp, v.data))
+				setPoison(fmt.Errorf("column %q: %w: %.64q", m.col[roleTimestamp], ErrBadTimestamp, v.in(msg)))
 			}
 		}
 	}
@@ -132,9 +133,29 @@ func (d *Decoder) tableEvent(rel *relation, walStart pglogrepl.LSN, out *Output)
 	// Allocate and fill.
 	d.sbuf = sb
 	d.finish(ev, sb, strEnd,
-		key.data, keyLen, keyOK && m.typ[roleAggregateID] == oidBytea,
-		pay.data, payLen, payOK && m.typ[rolePayload] == oidBytea)
+		keyData, keyLen, m.typ[roleAggregateID] == oidBytea,
+		payData, payLen, m.typ[rolePayload] == oidBytea)
 	ev.Poison = poison
+	d.trimScratch()
+}
+
+// maxScratch is the largest scratch buffer kept between calls, so that one
+// huge message does not pin its memory for the life of the decoder.
+const maxScratch = 64 << 10
+
+func (d *Decoder) trimScratch() {
+	if cap(d.sbuf) > maxScratch {
+		d.sbuf = nil
+	}
+	if cap(d.hvals) > maxScratch {
+		d.hvals = nil
+	}
+	if cap(d.tmp) > maxScratch {
+		d.tmp = nil
+	}
+	if cap(d.hspans) > maxScratch/16 {
+		d.hspans = nil
+	}
 }
 
 // finish allocates the event's string and byte slice and fills the fields.
@@ -214,7 +235,7 @@ func (d *Decoder) parseHeaders(sb, doc []byte) ([]byte, bool) {
 		} else {
 			sb = append(sb, o.m.key...)
 		}
-		d.hvals = appendJSONString(d.hvals, o.m.value, jsonStringEscaped(o.m.value))
+		d.hvals = appendJSONString(d.hvals, o.m.value, o.m.valueEscaped)
 		d.hspans = append(d.hspans, hdrSpan{keyStart: ks, keyEnd: len(sb), valEnd: len(d.hvals)})
 	}
 	if !o.ok {
@@ -243,7 +264,10 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 	ev := &out.Event
 	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
 
-	var fields [numRoles][]byte // raw JSON values, nil when absent
+	var (
+		fields  [numRoles][]byte // raw JSON values, nil when absent
+		escaped [numRoles]bool   // string values with escapes
+	)
 	o := newJSONObject(content)
 	for o.next() {
 		key := o.m.key
@@ -251,19 +275,23 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 			d.tmp = appendJSONUnescaped(d.tmp[:0], key)
 			key = d.tmp
 		}
+		role := -1
 		switch string(key) {
 		case fieldID:
-			fields[roleID] = o.m.value
+			role = roleID
 		case fieldAggregateType:
-			fields[roleAggregateType] = o.m.value
+			role = roleAggregateType
 		case fieldAggregateID:
-			fields[roleAggregateID] = o.m.value
+			role = roleAggregateID
 		case fieldEventType:
-			fields[roleEventType] = o.m.value
+			role = roleEventType
 		case fieldPayload:
-			fields[rolePayload] = o.m.value
+			role = rolePayload
 		case fieldHeaders:
-			fields[roleHeaders] = o.m.value
+			role = roleHeaders
+		}
+		if role >= 0 { // the last of duplicate keys wins, as in encoding/json
+			fields[role], escaped[role] = o.m.value, o.m.valueEscaped
 		}
 	}
 	if !o.ok {
@@ -294,7 +322,7 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 		case v == nil || v[0] == 'n':
 			setPoison(fmt.Errorf("field %q: %w", names[role], ErrNullField))
 		case v[0] == '"':
-			sb = appendJSONString(sb, v, jsonStringEscaped(v))
+			sb = appendJSONString(sb, v, escaped[role])
 		case role == roleID && (v[0] == '-' || isDigit(v[0])):
 			sb = append(sb, v...)
 		default:
@@ -312,7 +340,7 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 		ev.AggregateIDNull = true
 		setPoison(fmt.Errorf("field %q: %w", fieldAggregateID, ErrNullAggregateID))
 	case v[0] == '"':
-		tmp = appendJSONString(tmp, v, jsonStringEscaped(v))
+		tmp = appendJSONString(tmp, v, escaped[roleAggregateID])
 		keyLen = len(tmp)
 	case v[0] == '-' || isDigit(v[0]):
 		tmp = append(tmp, v...)
@@ -325,7 +353,7 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 	case v == nil || v[0] == 'n':
 	case v[0] == '"':
 		n := len(tmp)
-		tmp = appendJSONString(tmp, v, jsonStringEscaped(v))
+		tmp = appendJSONString(tmp, v, escaped[rolePayload])
 		payLen = len(tmp) - n
 	default:
 		tmp = append(tmp, v...)
@@ -349,4 +377,5 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 	k := max(keyLen, 0)
 	d.finish(ev, sb, strEnd, tmp[:k], keyLen, false, tmp[k:], payLen, false)
 	ev.Poison = poison
+	d.trimScratch()
 }

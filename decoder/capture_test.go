@@ -2,10 +2,13 @@ package decoder
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 )
 
 // The capture in testdata/capture/pg15.pgo is produced by
@@ -183,6 +186,19 @@ func TestCaptureReplay(t *testing.T) {
 	)
 	for i, m := range msgs {
 		types[m.data[0]]++
+		// walsender sends walStart 0/0 for all but the last message of one
+		// output callback: Relation and Type messages, and a Begin sent
+		// together with an Origin. Changes, messages and commits carry their
+		// LSN, and a logical message's own LSN field equals it.
+		switch m.data[0] {
+		case 'I', 'U', 'D', 'T', 'C', 'M':
+			if m.walStart == 0 {
+				t.Errorf("message %d (%c): walStart 0", i, m.data[0])
+			}
+		}
+		if m.data[0] == 'M' && pglogrepl.LSN(binary.BigEndian.Uint64(m.data[2:])) != m.walStart {
+			t.Errorf("message %d: LSN field %s, walStart %s", i, pglogrepl.LSN(binary.BigEndian.Uint64(m.data[2:])), m.walStart)
+		}
 		if err := d.Decode(m.walStart, m.data, &out); err != nil {
 			t.Fatalf("message %d at %s: %v", i, m.walStart, err)
 		}

@@ -75,11 +75,16 @@ type mapping struct {
 	col [numRoles]string // configured column names
 }
 
-// colVal is one tuple column, aliasing the input.
+// colVal is one tuple column: its kind and where its bytes are in the
+// message. Offsets rather than a slice keep pointers (and GC write barriers)
+// out of the hot loop.
 type colVal struct {
-	kind byte
-	data []byte
+	kind     byte
+	off, end int
 }
+
+// in returns the column's bytes in msg, the message it was read from.
+func (v colVal) in(msg []byte) []byte { return msg[v.off:v.end:v.end] }
 
 // hdrSpan locates one header: its key in sbuf (from keyStart), its value in
 // hvals (ending at valEnd; starting at the previous span's valEnd).
@@ -345,8 +350,9 @@ func (d *Decoder) readTuple(r *reader) {
 			vals = append(vals, colVal{kind: kind})
 		case colText, colBinary:
 			l := int(int32(r.u32()))
-			v := r.bytes(l)
-			vals = append(vals, colVal{kind: kind, data: v})
+			off := r.off
+			r.bytes(l)
+			vals = append(vals, colVal{kind: kind, off: off, end: off + max(l, 0)})
 		default:
 			if r.err == nil {
 				r.off--
@@ -383,7 +389,7 @@ func (d *Decoder) insert(r *reader, walStart pglogrepl.LSN, out *Output) {
 		r.fail(fmt.Errorf("%w: insert into %s has %d columns, its relation %d", ErrProtocol, rel.table, len(d.vals), len(rel.cols)))
 		return
 	}
-	d.tableEvent(rel, walStart, out)
+	d.tableEvent(rel, r.b, walStart, out)
 }
 
 func (d *Decoder) updateDelete(r *reader, typ byte, out *Output) {

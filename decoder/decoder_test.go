@@ -754,6 +754,33 @@ func TestMissingColumn(t *testing.T) {
 	})
 }
 
+func TestByteaHeaders(t *testing.T) {
+	d := newTestDecoder(t, true)
+	cols := append([]rc(nil), outboxCols...)
+	cols[5].typ = oidBytea
+	var out Output
+	mustDecode(t, d, 0, encRelation(relOutbox, "public", "outbox", cols...), &out)
+	for _, tt := range []struct {
+		text   string
+		want   []Header
+		poison error
+	}{
+		{`\x7b2261223a202262227d`, hdrs("a", "b"), nil}, // {"a": "b"}
+		{`\x7b7d`, nil, nil},
+		{`\x7b`, nil, ErrBadHeaders},
+		{`\x7`, nil, ErrBadHeaders},
+	} {
+		row := goodRow()
+		row[5] = txt(tt.text)
+		mustDecode(t, d, walBase+0x10, encInsert(relOutbox, row...), &out)
+		want := outboxEvent()
+		want.Headers, want.Poison = tt.want, tt.poison
+		if diff := eventDiff(out.Event, want); diff != "" {
+			t.Errorf("%s: %s", tt.text, diff)
+		}
+	}
+}
+
 func TestSchemaMatching(t *testing.T) {
 	d := newTestDecoder(t, true)
 	var out Output

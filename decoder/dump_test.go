@@ -11,12 +11,7 @@ func TestDumpCapture(t *testing.T) {
 	if !*dump {
 		t.Skip("run with -dump")
 	}
-	d, err := New(Config{Tables: []Table{
-		{Name: "outbox", Columns: func() Columns { c := DefaultColumns(); c.Timestamp = "created_at"; return c }()},
-		{Schema: "app", Name: "outbox_bytea"},
-		{Name: "outbox_text", Columns: func() Columns { c := DefaultColumns(); c.Timestamp = "created_at"; return c }()},
-		{Name: "outbox_debezium", Columns: DebeziumColumns()},
-	}, MessagePrefix: "walrelay.outbox"})
+	d, err := New(captureConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,8 @@ var (
 	// ErrTruncated: the message ends before a field it declares.
 	ErrTruncated = errors.New("truncated message")
 	// ErrUnknownMessage: the message type byte is not one of pgoutput v1's
-	// (or the message is empty of meaning to this decoder, e.g. streaming).
+	// non-streaming messages (streaming ones, like 'S', are unknown too: the
+	// decoder is for streaming off).
 	ErrUnknownMessage = errors.New("unknown message type")
 	// ErrUnknownRelation: a change refers to a relation ID for which no
 	// Relation message was seen since the decoder was created or Reset.

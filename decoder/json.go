@@ -101,6 +101,10 @@ func scanJSONString(b []byte, i int) (end int, escaped, ok bool) {
 	i++
 	for i < len(b) {
 		c := b[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
 		switch {
 		case c == '"':
 			return i + 1, escaped, true
@@ -120,10 +124,8 @@ func scanJSONString(b []byte, i int) (end int, escaped, ok bool) {
 			default:
 				return 0, false, false
 			}
-		case c < 0x20:
+		default: // control character
 			return 0, false, false
-		default:
-			i++
 		}
 	}
 	return 0, false, false
@@ -174,12 +176,22 @@ func scanJSONArray(b []byte, i, depth int) (int, bool) {
 	}
 }
 
+// jsonPlain marks the bytes that stand for themselves inside a JSON string.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // jsonMember is one member of an object: the key's raw bytes between the
 // quotes and the value's raw bytes, both aliasing the document.
 type jsonMember struct {
 	key        []byte
 	keyEscaped bool
 	value      []byte
+	// valueEscaped reports a string value with escapes.
+	valueEscaped bool
 }
 
 // nextJSONMember reads the next member of the object being walked; i is just
@@ -215,7 +227,12 @@ func nextJSONMember(b []byte, i int, first bool, depth int) (m jsonMember, next 
 		return m, 0, false, false
 	}
 	i = skipJSONSpace(b, i+1)
-	vend, ok := scanJSONValue(b, i, depth)
+	var vend int
+	if i < len(b) && b[i] == '"' {
+		vend, m.valueEscaped, ok = scanJSONString(b, i)
+	} else {
+		vend, ok = scanJSONValue(b, i, depth)
+	}
 	if !ok {
 		return m, 0, false, false
 	}
@@ -353,15 +370,4 @@ func appendJSONString(dst, tok []byte, escaped bool) []byte {
 		return append(dst, inner...)
 	}
 	return appendJSONUnescaped(dst, inner)
-}
-
-// jsonStringEscaped reports whether a validated JSON string token contains a
-// backslash.
-func jsonStringEscaped(tok []byte) bool {
-	for _, c := range tok {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
 }

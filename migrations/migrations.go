@@ -2,7 +2,13 @@
 // files, applied in name order by `walrelay migrate`.
 //
 // Each file is written against the default table public.outbox, so it can be
-// applied with psql as it is; Render substitutes another table.
+// applied with psql as it is; Render substitutes another table everywhere the
+// text public.outbox occurs, function bodies included.
+//
+// All returns the default set: the outbox table (001) and the walrelay.emit
+// function (002). Partitioned returns the optional daily-partitioned outbox
+// table and its partition functions; apply it before All, which then finds
+// the table and leaves it as it is.
 package migrations
 
 import (
@@ -12,7 +18,7 @@ import (
 	"strings"
 )
 
-//go:embed *.sql
+//go:embed *.sql partitioned/*.sql
 var files embed.FS
 
 // DefaultTable is the table name the files are written against.
@@ -20,13 +26,24 @@ const DefaultTable = "public.outbox"
 
 // Migration is one SQL file.
 type Migration struct {
-	Name string
+	Name string // file name, relative to this directory
 	SQL  string
 }
 
-// All returns the migrations in the order they apply.
-func All() ([]Migration, error) {
-	names, err := fs.Glob(files, "*.sql")
+// All returns the default migrations in the order they apply.
+func All() ([]Migration, error) { return load("*.sql") }
+
+// Partitioned returns the migrations that create the outbox table
+// partitioned by day (PARTITION BY RANGE (created_at), primary key
+// (id, created_at), a default partition) and the functions
+// walrelay.outbox_create_partitions and walrelay.outbox_drop_partitions.
+// They are not part of All. To use them, apply Partitioned and then All to
+// the same table; the publication must then be created with
+// publish_via_partition_root = true.
+func Partitioned() ([]Migration, error) { return load("partitioned/*.sql") }
+
+func load(pattern string) ([]Migration, error) {
+	names, err := fs.Glob(files, pattern)
 	if err != nil {
 		return nil, err
 	}

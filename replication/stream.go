@@ -16,6 +16,9 @@ import (
 // receiveWait bounds one receive, so a stop request is noticed promptly.
 const receiveWait = 250 * time.Millisecond
 
+// endCopyTimeout bounds the end-of-stream handshake on shutdown.
+const endCopyTimeout = 10 * time.Second
+
 // Message is one message of the replication stream.
 type Message struct {
 	// WALStart is the WAL position of an XLogData message.
@@ -334,6 +337,42 @@ func (s *Stream) drain() error {
 	if err := s.sendStatus(w, false); err != nil {
 		return err
 	}
-	s.log.Info("final position confirmed", "slot", s.conn.cfg.Slot, "lsn", w.String())
+	// Closing now could reset the connection while the walsender is still
+	// writing, and the update would be lost with it. End the copy properly:
+	// the server handles our messages in order, so once it answers CopyDone
+	// it has applied the update.
+	slotLSN, err := s.endCopy()
+	if err != nil {
+		s.log.Warn("could not end the replication stream cleanly; the final position may be applied late",
+			"slot", s.conn.cfg.Slot, "lsn", w.String(), "error", err)
+		return nil
+	}
+	s.log.Info("final position confirmed", "slot", s.conn.cfg.Slot, "lsn", w.String(), "slot_confirmed_flush_lsn", slotLSN)
 	return nil
+}
+
+// endCopy ends the COPY BOTH stream (discarding what the server still sends)
+// and reads back the slot's confirmed position.
+func (s *Stream) endCopy() (string, error) {
+	nc := s.conn.conn.Conn()
+	if err := nc.SetDeadline(time.Now().Add(endCopyTimeout)); err != nil {
+		return "", err
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), s.conn.conn); err != nil {
+		return "", fmt.Errorf("end copy: %w", err)
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endCopyTimeout)
+	defer cancel()
+	slot, err := s.conn.lit(s.conn.cfg.Slot)
+	if err != nil {
+		return "", err
+	}
+	rows, err := s.conn.query(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = "+slot)
+	if err != nil || len(rows) != 1 {
+		return "", fmt.Errorf("read back slot position: %v", err)
+	}
+	return string(rows[0][0]), nil
 }

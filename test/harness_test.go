@@ -402,6 +402,12 @@ func newScenario(t *testing.T, env *testEnv, short string) *scenario {
 	s.dropLeftovers()
 
 	t.Cleanup(func() {
+		start := time.Now()
+		defer func() {
+			if d := time.Since(start); d > 5*time.Second {
+				t.Logf("cleanup of %s took %s", s.name, d.Round(time.Millisecond))
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := dropSlot(ctx, t, env.pgDSN, s.name); err != nil {

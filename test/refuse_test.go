@@ -123,6 +123,7 @@ func TestRefusesToStart(t *testing.T) {
 				return
 			}
 			t.Logf("refused in %s with %s: %s", took, p.exitStatus(), line)
+			t.Logf("scenario=refuse/%s exit=%d took=%s error_line=found", c.name, p.exitCode(), took)
 		})
 	}
 }

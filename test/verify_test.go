@@ -111,6 +111,7 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.WithDecompressor(newTestDecompressor()),
 	)
 	defer cl.Close()
 
@@ -124,7 +125,18 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 		}
 		return true
 	}
+	lastReport := time.Now()
 	for !done() {
+		if time.Since(lastReport) > 5*time.Second {
+			lastReport = time.Now()
+			var lag []string
+			for k, end := range want {
+				if next[k] < end {
+					lag = append(lag, fmt.Sprintf("%s/%d at %d of %d", k.topic, k.partition, next[k], end))
+				}
+			}
+			t.Logf("consuming: behind on %s", strings.Join(lag, ", "))
+		}
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			var lag []string
@@ -152,6 +164,31 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 		}
 	}
 	return out
+}
+
+// sumEndOffsets is the number of records ever written to the topics starting with prefix.
+func sumEndOffsets(t *testing.T, brokers, prefix string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics, err := topicsWithPrefix(ctx, t, brokers, prefix)
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	cl := newKafkaClient(t, brokers)
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatalf("list end offsets %v: %v", topics, err)
+	}
+	var sum int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		sum += o.Offset
+	})
+	return sum
 }
 
 func missing(want, have []string) []string {
@@ -211,7 +248,9 @@ func verify(t *testing.T, s *scenario, w *workload) *result {
 		byID[ev.ID] = ev
 		topicSet[s.name+"."+ev.AggType] = true
 	}
+	start := time.Now()
 	recs := consumeAll(t, s.env.kafka, s.name+".", slices.Sorted(maps.Keys(topicSet)))
+	t.Logf("consumed %d topics in %s", len(recs), time.Since(start).Round(time.Millisecond))
 
 	res := &result{committed: len(committed), dupEvents: map[*txnRec]int{}, records: recs}
 	seen := map[string]int{}

@@ -249,6 +249,10 @@ type continuousOpts struct {
 	maxPause     time.Duration // pause between transactions: uniform in [0, maxPause)
 	maxTxns      int           // stop after this many transactions (0: no limit)
 	reportEveryN int           // log progress every N transactions (0: never)
+	// burst, when set, asks for a committed transaction of the given size next; the
+	// writer reports it on burstDone once committed.
+	burst     <-chan int
+	burstDone chan<- *txnRec
 }
 
 // runContinuous writes transactions until stop is called (or maxTxns is reached); stop
@@ -266,12 +270,21 @@ func (w *workload) runContinuous(o continuousOpts) (stop func() error) {
 			}
 			n := 1 + w.rng.IntN(o.maxEvents)
 			rb := w.rng.IntN(100) < o.rollbackPct
+			isBurst := false
+			select {
+			case n = <-o.burst:
+				rb, isBurst = false, true
+			default:
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err := w.writeTxn(ctx, n, rb)
+			tx, err := w.writeTxn(ctx, n, rb)
 			cancel()
 			if err != nil {
 				errc <- err
 				return
+			}
+			if isBurst {
+				o.burstDone <- tx
 			}
 			if o.reportEveryN > 0 && (i+1)%o.reportEveryN == 0 {
 				w.t.Logf("workload: %d transactions", i+1)

@@ -87,12 +87,22 @@ func (s setting) yamlKey() string { return strings.ReplaceAll(s.name, "-", "_") 
 
 type stringVal struct{ p *string }
 
-func (v stringVal) String() string     { return *v.p }
+func (v stringVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
 func (v stringVal) Set(s string) error { *v.p = s; return nil }
 
 type listVal struct{ p *[]string }
 
-func (v listVal) String() string { return strings.Join(*v.p, ",") }
+func (v listVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strings.Join(*v.p, ",")
+}
 func (v listVal) Set(s string) error {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -106,7 +116,12 @@ func (v listVal) Set(s string) error {
 
 type intVal struct{ p *int }
 
-func (v intVal) String() string { return strconv.Itoa(*v.p) }
+func (v intVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
 func (v intVal) Set(s string) error {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
 	if err != nil {
@@ -118,7 +133,12 @@ func (v intVal) Set(s string) error {
 
 type boolVal struct{ p *bool }
 
-func (v boolVal) String() string   { return strconv.FormatBool(*v.p) }
+func (v boolVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.FormatBool(*v.p)
+}
 func (v boolVal) IsBoolFlag() bool { return true }
 func (v boolVal) Set(s string) error {
 	b, err := strconv.ParseBool(strings.TrimSpace(s))
@@ -134,7 +154,12 @@ type mapVal struct {
 	key string
 }
 
-func (v mapVal) String() string { return v.m[v.key] }
+func (v mapVal) String() string {
+	if v.m == nil {
+		return ""
+	}
+	return v.m[v.key]
+}
 func (v mapVal) Set(s string) error {
 	v.m[v.key] = strings.TrimSpace(s)
 	return nil
@@ -142,7 +167,12 @@ func (v mapVal) Set(s string) error {
 
 type durVal struct{ p *time.Duration }
 
-func (v durVal) String() string { return v.p.String() }
+func (v durVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
 func (v durVal) Set(s string) error {
 	s = strings.TrimSpace(s)
 	if s == "0" {
