@@ -416,3 +416,77 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	c.Start = lsn
 	return nil
 }
+
+// Finding is the outcome of one prerequisite check.
+type Finding struct {
+	Check string // server, table, publication, slot
+	OK    bool
+	Note  string // what was found, or the problem and its fix
+}
+
+// Diagnose runs every prerequisite check without changing anything and
+// returns one finding per check. A missing publication or slot is fine when
+// walrelay would create it. The error is only for failing to connect.
+func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Conn{cfg: cfg}
+	for _, t := range cfg.Tables {
+		tn, _ := ParseTable(t)
+		c.tables = append(c.tables, tn)
+	}
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	if pc.RuntimeParams == nil {
+		pc.RuntimeParams = map[string]string{}
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres with replication=database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	c.conn = conn
+
+	var out []Finding
+	add := func(check string, err error, okNote string) {
+		if err != nil {
+			out = append(out, Finding{Check: check, Note: err.Error()})
+			return
+		}
+		out = append(out, Finding{Check: check, OK: true, Note: okNote})
+	}
+	add("server", c.checkServer(ctx), "wal_level=logical, role may replicate")
+	for _, t := range c.tables {
+		add("table", c.checkTable(ctx, t), t.String()+" exists")
+	}
+	pubCfg := *c
+	pubCfg.cfg.NoCreatePublication = true
+	if err := pubCfg.ensurePublication(ctx); err != nil {
+		var pe *PrereqError
+		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreatePublication {
+			add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+		} else {
+			add("publication", err, "")
+		}
+	} else {
+		add("publication", nil, fmt.Sprintf("%q includes the outbox tables", cfg.Publication))
+	}
+	slotCfg := *c
+	slotCfg.cfg.NoCreateSlot = true
+	if err := slotCfg.ensureSlot(ctx); err != nil {
+		var pe *PrereqError
+		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreateSlot {
+			add("slot", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Slot))
+		} else {
+			add("slot", err, "")
+		}
+	} else {
+		add("slot", nil, fmt.Sprintf("%q at %s", cfg.Slot, slotCfg.Start))
+	}
+	return out, nil
+}

@@ -206,18 +206,23 @@ func doctor(ctx context.Context, cfg Config, w io.Writer) int {
 	report := func(name string, err error) {
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-10s %v\n", name, err)
+			fmt.Fprintf(w, "FAIL %-11s %v\n", name, err)
 			return
 		}
-		fmt.Fprintf(w, "ok   %s\n", name)
+		fmt.Fprintf(w, "ok   %-11s reachable\n", name)
 	}
-	rcfg := cfg.replicationConfig()
-	rcfg.NoCreateSlot, rcfg.NoCreatePublication = true, true
-	conn, err := replication.Open(ctx, rcfg)
-	if err == nil {
-		_ = conn.Close(context.Background())
+	findings, err := replication.Diagnose(ctx, cfg.replicationConfig())
+	if err != nil {
+		report("postgres", err)
 	}
-	report("postgres", err)
+	for _, f := range findings {
+		if f.OK {
+			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, f.Note)
+		} else {
+			failed = true
+			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, f.Note)
+		}
+	}
 	snk, err := newSinkForDoctor(cfg)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)

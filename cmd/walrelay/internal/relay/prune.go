@@ -52,11 +52,11 @@ func DefaultPruneConfig() PruneConfig {
 
 func (c *PruneConfig) settings() []setting {
 	return []setting{
-		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
-		{"table", "outbox table, schema.name", stringVal{&c.Table}},
-		{"older-than", "delete rows older than this, e.g. 72h or 3d; required, at least 1h", ageVal{&c.OlderThan}},
-		{"batch-size", "rows deleted per transaction", intVal{&c.BatchSize}},
-		{"created-at-column", "timestamp column compared with the cutoff", stringVal{&c.CreatedAtColumn}},
+		{"postgres-dsn", "Postgres connection `DSN` (libpq URL or key=value); required", stringVal{&c.PostgresDSN}},
+		{"table", "outbox `table`, schema.name", stringVal{&c.Table}},
+		{"older-than", "delete rows older than `AGE`, e.g. 72h or 3d; required, at least 1h", ageVal{&c.OlderThan}},
+		{"batch-size", "`rows` deleted per transaction", intVal{&c.BatchSize}},
+		{"created-at-column", "timestamp `column` compared with the cutoff", stringVal{&c.CreatedAtColumn}},
 		{"dry-run", "count what would be pruned, delete nothing", boolVal{&c.DryRun}},
 	}
 }
@@ -165,8 +165,8 @@ Kafka yet).
 AGE is a Go duration (90m, 72h) or days (3d, 1d12h). On a large plain table,
 an index on the created_at column keeps each batch cheap.
 
-Exit codes: 0 done, 1 failure (nothing is rolled back but the batch in
-progress), 2 invalid usage.
+Exit codes: 0 done, 1 failure (batches already committed stay deleted),
+2 invalid usage.
 
 Flags (each also as WALRELAY_<FLAG>, e.g. WALRELAY_OLDER_THAN):
 `

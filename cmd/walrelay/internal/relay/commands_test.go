@@ -1,0 +1,67 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestMainUsageAndExitCodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		code     int
+		inOutput string
+	}{
+		{"no command", nil, nil, ExitConfig, "Usage:"},
+		{"unknown command", []string{"frobnicate"}, nil, ExitConfig, `unknown command "frobnicate"`},
+		{"version", []string{"version"}, nil, ExitOK, "walrelay"},
+		{"help", []string{"help"}, nil, ExitOK, "walrelay run"},
+		{"run without dsn", []string{"run", "--kafka-brokers", "k:9092"}, nil, ExitConfig, "postgres-dsn"},
+		{"run help", []string{"run", "-h"}, nil, ExitOK, "-postgres-dsn"},
+		{"migrate without dsn", []string{"migrate"}, nil, ExitConfig, "postgres-dsn"},
+		{"migrate bad table", []string{"migrate", "--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--table", "a.b.c"}, nil, ExitFailure, "table"},
+		{"status unreachable", []string{"status", "--postgres-dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=2"}, nil, ExitFailure, "connect to postgres"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Main(context.Background(), tc.args, envMap(tc.env), &out, &errOut)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stdout %q stderr %q", code, tc.code, out.String(), errOut.String())
+			}
+			if all := out.String() + errOut.String(); !strings.Contains(all, tc.inOutput) {
+				t.Fatalf("output does not mention %q: %s", tc.inOutput, all)
+			}
+		})
+	}
+}
+
+func TestDoctorAndStatus(t *testing.T) {
+	dsn := testDSN(t)
+	pg := newPG(t, dsn)
+	pg.exec("DROP TABLE IF EXISTS public.doctor_outbox")
+	t.Cleanup(func() { pg.exec("DROP TABLE IF EXISTS public.doctor_outbox") })
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), args, envMap(nil), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	// Table missing and broker unreachable: doctor reports both with fixes.
+	code, out := run("doctor", "--postgres-dsn", dsn, "--kafka-brokers", "127.0.0.1:1", "--table", "public.doctor_outbox", "--kafka-timeout", "2s")
+	if code != ExitFailure || !strings.Contains(out, "FAIL table") || !strings.Contains(out, "walrelay migrate") || !strings.Contains(out, "FAIL kafka") {
+		t.Fatalf("doctor: exit %d\n%s", code, out)
+	}
+	if code, out := run("migrate", "--postgres-dsn", dsn, "--table", "public.doctor_outbox"); code != ExitOK {
+		t.Fatalf("migrate: %d %s", code, out)
+	}
+	code, out = run("doctor", "--postgres-dsn", dsn, "--kafka-brokers", "127.0.0.1:1", "--table", "public.doctor_outbox", "--kafka-timeout", "2s")
+	if !strings.Contains(out, "ok   table") || !strings.Contains(out, "will create it") || !strings.Contains(out, "ok   server") {
+		t.Fatalf("doctor after migrate: %s", out)
+	}
+	if code, out := run("status", "--postgres-dsn", dsn, "--slot", "no_such_slot_here"); code != ExitFailure || !strings.Contains(out, "does not exist") {
+		t.Fatalf("status of a missing slot: %d %s", code, out)
+	}
+}

@@ -1,0 +1,105 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// testDatabase creates a database of its own for t and returns its DSN and a
+// connection to it. walrelay.emit and the partition functions exist once per
+// database, and other tests migrate concurrently, so tests of them do not
+// share one. The database and its replication slots are dropped when t ends.
+func testDatabase(t *testing.T) (string, *pgHelper) {
+	t.Helper()
+	dsn := testDSN(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "h5_relay_" + hex.EncodeToString(b[:])
+	admin := newPG(t, dsn)
+	admin.exec("CREATE DATABASE " + name)
+	t.Cleanup(func() {
+		admin.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
+		admin.exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+	})
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/" + name
+		dsn = u.String()
+	} else {
+		dsn += " dbname=" + name
+	}
+	return dsn, newPG(t, dsn)
+}
+
+func (p *pgHelper) count(sql string, args ...any) int {
+	p.t.Helper()
+	var n int
+	if err := p.conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func runMain(args ...string) (code int, stdout, stderr string) {
+	var out, errw bytes.Buffer
+	code = Main(context.Background(), args, func(string) string { return "" }, &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	dsn, pg := testDatabase(t)
+	pg.exec("CREATE SCHEMA h5_schema")
+	for _, table := range []string{"public.outbox", "h5_schema.outbox"} {
+		for i := range 2 {
+			code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--table", table)
+			if code != ExitOK {
+				t.Fatalf("migrate %s, run %d: exit %d\n%s", table, i+1, code, stderr)
+			}
+			for _, m := range []string{"001_outbox.sql", "002_emit.sql"} {
+				if !strings.Contains(stderr, `"migration":"`+m+`"`) {
+					t.Errorf("migrate %s, run %d: no log of %s:\n%s", table, i+1, m, stderr)
+				}
+			}
+		}
+		// walrelay.emit writes to the table migrated last.
+		var id string
+		if err := pg.conn.QueryRow(context.Background(), `SELECT walrelay.emit('order', 'o-1', 'OrderCreated', '{"n": 1}')::text`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if n := pg.count(fmt.Sprintf("SELECT count(*) FROM %s WHERE id = $1::uuid AND payload = '{\"n\": 1}'", table), id); n != 1 {
+			t.Errorf("after migrating %s, walrelay.emit's row %s is not in it", table, id)
+		}
+	}
+	if n := pg.count("SELECT count(*) FROM pg_proc WHERE proname = 'emit' AND pronamespace = 'walrelay'::regnamespace"); n != 1 {
+		t.Errorf("%d walrelay.emit functions, want 1", n)
+	}
+}
+
+func TestMigrateConcurrent(t *testing.T) {
+	dsn, _ := testDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]string, 6)
+	for i := range errs {
+		wg.Go(func() {
+			if code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--table", fmt.Sprintf("public.outbox_%d", i)); code != ExitOK {
+				errs[i] = stderr
+			}
+		})
+	}
+	wg.Wait()
+	for i, e := range errs {
+		if e != "" {
+			t.Errorf("concurrent migrate %d failed:\n%s", i, e)
+		}
+	}
+}
