@@ -10,16 +10,18 @@
 --          walrelay.outbox (the tableless mode, DESIGN.md section 3).
 -- Set it per database, role or session, e.g.
 --   ALTER DATABASE app SET walrelay.emit_mode = 'wal';
--- It returns the event id: the id the row got, or the id in the message.
+-- It returns the event id (a new gen_random_uuid()): the id of the row, or
+-- the id field of the message.
 --
 -- `walrelay migrate --table schema.name` substitutes the table in this file,
 -- including in the function body below. There is one walrelay.emit per
 -- database: migrating another table points it at that table.
 --
--- The function runs with the caller's rights (SECURITY INVOKER): the caller
--- needs INSERT on the outbox table in table mode. USAGE on the schema is
--- granted to PUBLIC so that any role may call it; that grants no rights on
--- the table.
+-- The function runs with the caller's rights (SECURITY INVOKER): in table
+-- mode the caller needs INSERT on the outbox table, nothing more. USAGE on
+-- the schema is granted to PUBLIC so that any role may call it; that grants
+-- no rights on the table. The message prefix is fixed: walrelay run's
+-- --message-prefix must stay walrelay.outbox (its default) for wal mode.
 
 -- Serialize concurrent `walrelay migrate` runs against one database (this
 -- file runs as one transaction there): concurrent CREATE OR REPLACE FUNCTION
@@ -54,12 +56,13 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
 
+  event_id := gen_random_uuid();
   IF mode = 'table' THEN
-    INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, headers)
-    VALUES (emit.aggregate_type, emit.aggregate_id, emit.event_type, emit.payload, hdrs)
-    RETURNING id INTO event_id;
+    -- The id is set here, as the column default would, rather than read
+    -- back with RETURNING, which would need SELECT on the table.
+    INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+    VALUES (event_id, emit.aggregate_type, emit.aggregate_id, emit.event_type, emit.payload, hdrs);
   ELSIF mode = 'wal' THEN
-    event_id := gen_random_uuid();
     PERFORM pg_logical_emit_message(true, 'walrelay.outbox', jsonb_build_object(
       'id',             event_id::text,
       'aggregate_type', emit.aggregate_type,

@@ -15,8 +15,9 @@
 -- Keep partitions ahead of time, e.g. daily from cron or pg_cron:
 --   SELECT walrelay.outbox_create_partitions(3);    -- today .. today+3
 --   SELECT walrelay.outbox_drop_partitions('7 days'); -- or `walrelay prune`
--- Both functions work on the table this file was applied for unless given
--- another partitioned table as their second argument.
+-- The functions work on the table this file was applied for (resolved when
+-- called) unless given another partitioned table as their second argument.
+-- They only touch partitions named <table>_pYYYYMMDD.
 
 -- Serialize concurrent `walrelay migrate` runs against one database (this
 -- file runs as one transaction there): concurrent CREATE OR REPLACE FUNCTION

@@ -27,7 +27,7 @@ const usage = `walrelay relays transactional-outbox events from Postgres logical
 
 Usage:
   walrelay run     [flags]   stream outbox inserts to Kafka (the service)
-  walrelay migrate [flags]   create the outbox table (idempotent)
+  walrelay migrate [flags]   create the outbox table and the walrelay.emit function (idempotent)
   walrelay doctor  [flags]   check Postgres and Kafka prerequisites and say how to fix each
   walrelay status  [flags]   show the slot's position, lag and retained WAL
   walrelay prune   [flags]   delete (or drop partitions of) outbox rows older than --older-than
@@ -79,6 +79,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		dsn := fs.String("postgres-dsn", getenv("WALRELAY_POSTGRES_DSN"), "Postgres connection (env WALRELAY_POSTGRES_DSN)")
 		table := fs.String("table", envOr(getenv, "WALRELAY_TABLE", "public.outbox"), "outbox table, schema.name (env WALRELAY_TABLE)")
 		slot := fs.String("slot", envOr(getenv, "WALRELAY_SLOT", "walrelay"), "replication slot (env WALRELAY_SLOT)")
+		partitioned := fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
+			"migrate: create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return ExitOK
@@ -92,7 +94,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 		var err error
 		if cmd == "migrate" {
-			err = migrate(ctx, *dsn, *table, log)
+			err = migrate(ctx, *dsn, *table, *partitioned, log)
 		} else {
 			err = status(ctx, *dsn, *slot, stdout)
 		}
@@ -141,7 +143,10 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-func migrate(ctx context.Context, dsn, table string, log *slog.Logger) error {
+// migrate applies the default migrations to table; with partitioned, the
+// partitioned outbox (daily partitions) is created first, so the default
+// table definition then finds it in place.
+func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog.Logger) error {
 	tn, err := replication.ParseTable(table)
 	if err != nil {
 		return &ConfigError{Key: "table", Err: err}
@@ -149,6 +154,13 @@ func migrate(ctx context.Context, dsn, table string, log *slog.Logger) error {
 	ms, err := migrations.All()
 	if err != nil {
 		return err
+	}
+	if partitioned {
+		pms, err := migrations.Partitioned()
+		if err != nil {
+			return err
+		}
+		ms = append(pms, ms...)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

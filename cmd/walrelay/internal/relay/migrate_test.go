@@ -103,3 +103,22 @@ func TestMigrateConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestMigratePartitionedCommand(t *testing.T) {
+	dsn, pg := testDatabase(t)
+	for i := 0; i < 2; i++ { // idempotent
+		if code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--partitioned"); code != ExitOK {
+			t.Fatalf("migrate --partitioned (run %d): exit %d: %s", i+1, code, stderr)
+		}
+	}
+	if kind := pg.count("SELECT CASE relkind WHEN 'p' THEN 1 ELSE 0 END FROM pg_class WHERE oid = 'public.outbox'::regclass"); kind != 1 {
+		t.Fatal("public.outbox is not partitioned")
+	}
+	if n := pg.count("SELECT walrelay.outbox_create_partitions(2)"); n < 0 {
+		t.Fatalf("create partitions: %d", n)
+	}
+	pg.exec("SELECT walrelay.emit('order', 'o-1', 'created', '{}')")
+	if n := pg.count("SELECT count(*) FROM public.outbox"); n != 1 {
+		t.Fatalf("rows after emit: %d", n)
+	}
+}

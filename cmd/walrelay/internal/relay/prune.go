@@ -184,6 +184,11 @@ func pruneCommand(ctx context.Context, args []string, getenv func(string) string
 	}
 	res, err := Prune(ctx, cfg, log)
 	if err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			log.Error("invalid configuration", "error", err.Error())
+			return ExitConfig
+		}
 		log.Error("prune failed", "error", err.Error(), "table", cfg.Table, "rows", res.Rows,
 			"partitions", len(res.Partitions))
 		return ExitFailure
@@ -277,9 +282,12 @@ func (r PruneResult) String() string {
 }
 
 // Prune deletes the rows of cfg.Table older than cfg.OlderThan (see
-// `walrelay prune -h`), logging each batch to log. The cutoff is taken from
-// the server's clock. Every batch commits on its own, so after an error or a
-// cancelled ctx the result counts what was already done.
+// `walrelay prune -h`), logging each batch to log, on a connection of its
+// own; it may run concurrently with anything, walrelay included. The cutoff
+// is taken from the server's clock. Every batch commits on its own: after an
+// error, or when ctx is cancelled (which aborts the batch in progress), the
+// result counts what was already done. Invalid configuration is reported as
+// a *ConfigError.
 func Prune(ctx context.Context, cfg PruneConfig, log *slog.Logger) (PruneResult, error) {
 	res := PruneResult{Table: cfg.Table, DryRun: cfg.DryRun}
 	if err := cfg.Validate(); err != nil {
@@ -311,7 +319,7 @@ func Prune(ctx context.Context, cfg PruneConfig, log *slog.Logger) (PruneResult,
 	)
 	err = conn.QueryRow(ctx, `
 		SELECT c.relkind::text,
-		       (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+		       (SELECT a.atttypid::regtype::text FROM pg_attribute a
 		         WHERE a.attrelid = c.oid AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped),
 		       dn.nspname, d.relname
 		  FROM pg_class c

@@ -110,7 +110,7 @@ func startRelay(t *testing.T, name string, cluster *kfake.Cluster) *relayFixture
 	dsn := testDSN(t)
 	pg := newPG(t, dsn)
 	pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
-	if err := migrate(context.Background(), dsn, "public."+name+"_outbox", slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := migrate(context.Background(), dsn, "public."+name+"_outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
