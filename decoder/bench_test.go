@@ -56,6 +56,45 @@ func BenchmarkDecodeInsertHeaders(b *testing.B) { benchInsert(b, benchHeaders, f
 // the created_at column mapped (timestamptz parsing).
 func BenchmarkDecodeInsertTimestamp(b *testing.B) { benchInsert(b, "{}", true) }
 
+// benchRouted decodes an INSERT into public.routed (routedCols) with empty
+// headers, mapped as cols.
+func benchRouted(b *testing.B, cols Columns) {
+	d, err := New(Config{Tables: []Table{{Name: "routed", Columns: cols}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out Output
+	mustDecode(b, d, 0, encRelation(relRouted, "public", "routed", routedCols...), &out)
+	mustDecode(b, d, walBase, encBegin(walBase+0x1000, commitTime, 700), &out)
+	msg := encInsert(relRouted, txt("0193a0b4-7c1e-7d2f-9a3b-4c5d6e7f8091"), txt("order"), txt("order-12345"),
+		txt("OrderCreated"), txt(payload200), txt("{}"), txt("2026-11-21 11:10:01.123456+05:30"),
+		txt("7"), txt("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), txt("42"), txt(`\x0001ff`))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if err := d.Decode(walBase+0x10, msg, &out); err != nil || out.Kind != KindEvent || out.Event.Poison != nil {
+			b.Fatal(err, out.Event.Poison)
+		}
+	}
+}
+
+// BenchmarkDecodeInsertHeaderColumns: the same as BenchmarkDecodeInsert into
+// a table with three header columns (text, bigint, bytea) and no headers
+// column entries.
+func BenchmarkDecodeInsertHeaderColumns(b *testing.B) {
+	c := DefaultColumns()
+	c.HeaderColumns = []string{"trace_id", "tenant_id", "sig"}
+	benchRouted(b, c)
+}
+
+// BenchmarkDecodeInsertPartition: the same as BenchmarkDecodeInsert with a
+// partition column mapped.
+func BenchmarkDecodeInsertPartition(b *testing.B) {
+	c := DefaultColumns()
+	c.Partition = "part"
+	benchRouted(b, c)
+}
+
 // BenchmarkDecodeMessageEvent: a tableless outbox message.
 func BenchmarkDecodeMessageEvent(b *testing.B) {
 	d, err := New(Config{MessagePrefix: "walrelay.outbox"})

@@ -9,12 +9,20 @@ import (
 // Event construction. Each event owns exactly two fresh allocations in the
 // common case: one string holding ID, AggregateType and EventType (and the
 // header keys), and one byte slice holding AggregateID and Payload (and the
-// header values); events with headers add the []Header. Nothing aliases the
+// header values); events with headers (from the headers column or from header
+// columns) add the []Header. Nothing aliases the
 // input or the decoder's scratch buffers, so the caller may hand the event to
 // other goroutines and keep it after the next Decode.
 
 // columnPoison returns the poison for a mapped column that is not text.
 func columnPoison(m *mapping, role int, v colVal, nullErr error) error {
+	return valuePoison(m.col[role], v, nullErr)
+}
+
+// valuePoison returns the poison for the value v of column name that is not
+// text: nullErr for NULL (nil: NULL is fine), ErrUnsupportedValue for an
+// unchanged TOAST pointer or binary format.
+func valuePoison(name string, v colVal, nullErr error) error {
 	switch v.kind {
 	case colText:
 		return nil
@@ -22,11 +30,11 @@ func columnPoison(m *mapping, role int, v colVal, nullErr error) error {
 		if nullErr == nil {
 			return nil
 		}
-		return fmt.Errorf("column %q: %w", m.col[role], nullErr)
+		return fmt.Errorf("column %q: %w", name, nullErr)
 	case colUnchanged:
-		return fmt.Errorf("column %q: %w: unchanged TOAST value", m.col[role], ErrUnsupportedValue)
+		return fmt.Errorf("column %q: %w: unchanged TOAST value", name, ErrUnsupportedValue)
 	default:
-		return fmt.Errorf("column %q: %w: binary format", m.col[role], ErrUnsupportedValue)
+		return fmt.Errorf("column %q: %w: binary format", name, ErrUnsupportedValue)
 	}
 }
 
@@ -115,6 +123,9 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 			}
 		}
 	}
+	if len(m.hdr) > 0 {
+		sb = d.headerColumns(sb, m.hdr, msg, setPoison)
+	}
 
 	// Timestamp.
 	if i := m.idx[roleTimestamp]; i >= 0 {
@@ -130,6 +141,20 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 		}
 	}
 
+	// Partition.
+	if i := m.idx[rolePartition]; i >= 0 {
+		v := d.vals[i]
+		if p := columnPoison(m, rolePartition, v, nil); p != nil {
+			setPoison(p)
+		} else if v.kind == colText {
+			if n, ok := parsePartition(v.in(msg)); ok {
+				ev.Partition, ev.HasPartition = n, true
+			} else {
+				setPoison(fmt.Errorf("column %q: %w: %.64q", m.col[rolePartition], ErrBadPartition, v.in(msg)))
+			}
+		}
+	}
+
 	// Allocate and fill.
 	d.sbuf = sb
 	d.finish(ev, sb, strEnd,
@@ -137,6 +162,36 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 		payData, payLen, m.typ[rolePayload] == oidBytea)
 	ev.Poison = poison
 	d.trimScratch()
+}
+
+// headerColumns appends one header per non-NULL header column, after those
+// already recorded: the column name to sb, the value (bytea decoded) to
+// d.hvals. A value that cannot be a header poisons the event and adds none.
+func (d *Decoder) headerColumns(sb []byte, hdr []hdrCol, msg []byte, setPoison func(error)) []byte {
+	for _, h := range hdr {
+		v := d.vals[h.idx]
+		if p := valuePoison(h.name, v, nil); p != nil {
+			setPoison(p)
+			continue
+		}
+		if v.kind != colText { // NULL: no header
+			continue
+		}
+		data := v.in(msg)
+		if h.typ == oidBytea {
+			if _, ok := byteaLen(data); !ok {
+				setPoison(fmt.Errorf("column %q: %w", h.name, ErrBadPayload))
+				continue
+			}
+			d.hvals = decodeBytea(d.hvals, data)
+		} else {
+			d.hvals = append(d.hvals, data...)
+		}
+		ks := len(sb)
+		sb = append(sb, h.name...)
+		d.hspans = append(d.hspans, hdrSpan{keyStart: ks, keyEnd: len(sb), valEnd: len(d.hvals)})
+	}
+	return sb
 }
 
 // maxScratch is the largest scratch buffer kept between calls, so that one
@@ -256,6 +311,7 @@ const (
 	fieldEventType     = "event_type"
 	fieldPayload       = "payload"
 	fieldHeaders       = "headers"
+	fieldPartition     = "partition"
 )
 
 // messageEvent decodes the JSON content of a tableless outbox message.
@@ -289,6 +345,8 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 			role = rolePayload
 		case fieldHeaders:
 			role = roleHeaders
+		case fieldPartition:
+			role = rolePartition
 		}
 		if role >= 0 { // the last of duplicate keys wins, as in encoding/json
 			fields[role], escaped[role] = o.m.value, o.m.valueEscaped
@@ -311,7 +369,8 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 			poison = err
 		}
 	}
-	names := [numRoles]string{fieldID, fieldAggregateType, fieldAggregateID, fieldEventType, fieldPayload, fieldHeaders, ""}
+	names := [numRoles]string{roleID: fieldID, roleAggregateType: fieldAggregateType, roleAggregateID: fieldAggregateID,
+		roleEventType: fieldEventType, rolePayload: fieldPayload, roleHeaders: fieldHeaders, rolePartition: fieldPartition}
 
 	// Strings: id (string or number), aggregate_type, event_type (strings).
 	sb := d.sbuf[:0]
@@ -371,6 +430,19 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 		if !ok {
 			setPoison(fmt.Errorf("field %q: %w", fieldHeaders, ErrBadHeaders))
 		}
+	}
+
+	// Partition: an integer number, or null.
+	switch v := fields[rolePartition]; {
+	case v == nil || v[0] == 'n':
+	case v[0] == '-' || isDigit(v[0]):
+		if n, ok := parsePartition(v); ok {
+			ev.Partition, ev.HasPartition = n, true
+		} else {
+			setPoison(fmt.Errorf("field %q: %w: %.64s", fieldPartition, ErrBadPartition, v))
+		}
+	default:
+		setPoison(fmt.Errorf("field %q: %w: want an integer", fieldPartition, ErrBadMessage))
 	}
 
 	d.sbuf = sb

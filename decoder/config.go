@@ -3,6 +3,7 @@ package decoder
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // DefaultHeartbeatPrefix is the logical message prefix of walrelay heartbeats
@@ -14,8 +15,12 @@ const DefaultSchema = "public"
 
 // Columns names the columns of an outbox table, as stored in the catalog
 // (case-sensitive; an unquoted identifier is lowercase). ID, AggregateType,
-// AggregateID, EventType and Payload are required; Headers and Timestamp are
-// optional ("" = not mapped). Several fields may name the same column.
+// AggregateID, EventType and Payload are required; Headers, Timestamp and
+// Partition are optional ("" = not mapped). Several fields may name the same
+// column. Every mapped column must be in the table's Relation messages (else
+// ErrMissingColumn); HeaderColumns are exempt.
+//
+// Columns holds a slice, so it is not comparable with ==.
 type Columns struct {
 	// ID identifies the event (uuid, text, or anything with a text form).
 	ID string
@@ -35,11 +40,33 @@ type Columns struct {
 	// Timestamp is a timestamptz or timestamp (taken as UTC) column; the
 	// record timestamp when set, else the commit time is used.
 	Timestamp string
+	// Partition is an integer column (smallint, integer or bigint; any
+	// column whose text is a decimal integer) holding an explicit Kafka
+	// partition number, copied to Event.Partition. NULL leaves the choice to
+	// the key hash (Event.HasPartition false); a value outside [0, 2^31-1]
+	// poisons the event with ErrBadPartition.
+	Partition string
+	// HeaderColumns are more columns copied into Event.Headers, one header
+	// per column named after it, with the column's text as value (bytea
+	// decoded to raw bytes); they follow the entries of the Headers column,
+	// in this order. A NULL value adds no header. A header column the table
+	// does not have is not an error: it is absent until a Relation message
+	// includes it (e.g. after ALTER TABLE ... ADD COLUMN). Names must be
+	// non-empty and distinct.
+	HeaderColumns []string
+}
+
+// isZero reports whether c is the zero value (no column named), which
+// Table.Columns replaces with DefaultColumns().
+func (c Columns) isZero() bool {
+	return c.ID == "" && c.AggregateType == "" && c.AggregateID == "" && c.EventType == "" &&
+		c.Payload == "" && c.Headers == "" && c.Timestamp == "" && c.Partition == "" && len(c.HeaderColumns) == 0
 }
 
 // DefaultColumns returns the column names of walrelay's default outbox table:
 // id, aggregate_type, aggregate_id, event_type, payload, headers; no timestamp
-// column is mapped (records carry the commit time).
+// column is mapped (records carry the commit time), no partition column (the
+// key hash chooses) and no header columns.
 func DefaultColumns() Columns {
 	return Columns{
 		ID:            "id",
@@ -53,7 +80,7 @@ func DefaultColumns() Columns {
 
 // DebeziumColumns returns the column names of a table built for Debezium's
 // outbox event router: id, aggregatetype, aggregateid, type, payload; no
-// headers or timestamp column.
+// headers, timestamp, partition or header columns.
 func DebeziumColumns() Columns {
 	return Columns{
 		ID:            "id",
@@ -70,7 +97,9 @@ type Table struct {
 	Schema string
 	// Name is required.
 	Name string
-	// Columns defaults to DefaultColumns() when it is the zero value.
+	// Columns defaults to DefaultColumns() when it is the zero value (no
+	// field set, HeaderColumns empty). To add header or partition columns
+	// to the default table, start from DefaultColumns().
 	Columns Columns
 }
 
@@ -119,12 +148,22 @@ func (c Config) normalized() (Config, error) {
 		if t.Name == "" {
 			return Config{}, fmt.Errorf("decoder config: table %d: empty name", i)
 		}
-		if t.Columns == (Columns{}) {
+		if t.Columns.isZero() {
 			t.Columns = DefaultColumns()
 		}
 		for _, f := range t.Columns.fields() {
 			if f.required && f.column == "" {
 				return Config{}, fmt.Errorf("decoder config: table %s.%s: column %s is required", t.Schema, t.Name, f.name)
+			}
+		}
+		// A copy: the caller may reuse its slice after New.
+		t.Columns.HeaderColumns = slices.Clone(t.Columns.HeaderColumns)
+		for j, h := range t.Columns.HeaderColumns {
+			if h == "" {
+				return Config{}, fmt.Errorf("decoder config: table %s.%s: header column %d: empty name", t.Schema, t.Name, j)
+			}
+			if slices.Contains(t.Columns.HeaderColumns[:j], h) {
+				return Config{}, fmt.Errorf("decoder config: table %s.%s: header column %q listed twice", t.Schema, t.Name, h)
 			}
 		}
 		k := [2]string{t.Schema, t.Name}
@@ -146,6 +185,7 @@ const (
 	rolePayload
 	roleHeaders
 	roleTimestamp
+	rolePartition
 	numRoles
 )
 
@@ -165,5 +205,6 @@ func (c Columns) fields() [numRoles]columnField {
 		rolePayload:       {"Payload", c.Payload, true},
 		roleHeaders:       {"Headers", c.Headers, false},
 		roleTimestamp:     {"Timestamp", c.Timestamp, false},
+		rolePartition:     {"Partition", c.Partition, false},
 	}
 }

@@ -73,6 +73,14 @@ type mapping struct {
 	idx [numRoles]int // column index, -1 when not mapped
 	typ [numRoles]uint32
 	col [numRoles]string // configured column names
+	hdr []hdrCol         // the header columns the relation has, in configured order
+}
+
+// hdrCol is a header column present in the relation.
+type hdrCol struct {
+	name string
+	idx  int
+	typ  uint32
 }
 
 // colVal is one tuple column: its kind and where its bytes are in the
@@ -300,6 +308,15 @@ func newMapping(rel *relation, c Columns) (*mapping, error) {
 		}
 		if m.idx[role] < 0 {
 			return nil, &MissingColumnError{Table: rel.table, Column: f.column, Field: f.name}
+		}
+	}
+	// Header columns may be absent: they appear with a later Relation.
+	for _, name := range c.HeaderColumns {
+		for i, col := range rel.cols {
+			if col.name == name {
+				m.hdr = append(m.hdr, hdrCol{name: name, idx: i, typ: col.typ})
+				break
+			}
 		}
 	}
 	return m, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,9 @@ func eventDiff(got, want Event) string {
 	}
 	if !got.Timestamp.Equal(want.Timestamp) {
 		add("Timestamp", got.Timestamp, want.Timestamp)
+	}
+	if got.Partition != want.Partition || got.HasPartition != want.HasPartition {
+		add("Partition", fmt.Sprint(got.Partition, got.HasPartition), fmt.Sprint(want.Partition, want.HasPartition))
 	}
 	if !got.CommitTime.Equal(want.CommitTime) {
 		add("CommitTime", got.CommitTime, want.CommitTime)
@@ -923,11 +927,25 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestPresets(t *testing.T) {
-	if got := DefaultColumns(); got != (Columns{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", ""}) {
+	want := Columns{ID: "id", AggregateType: "aggregate_type", AggregateID: "aggregate_id", EventType: "event_type",
+		Payload: "payload", Headers: "headers"}
+	if got := DefaultColumns(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultColumns() = %+v", got)
 	}
-	if got := DebeziumColumns(); got != (Columns{"id", "aggregatetype", "aggregateid", "type", "payload", "", ""}) {
+	want = Columns{ID: "id", AggregateType: "aggregatetype", AggregateID: "aggregateid", EventType: "type", Payload: "payload"}
+	if got := DebeziumColumns(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DebeziumColumns() = %+v", got)
+	}
+	// The zero value means the default table, whatever kind of empty slice.
+	for _, c := range []Columns{{}, {HeaderColumns: []string{}}} {
+		if !c.isZero() {
+			t.Errorf("%+v is not zero", c)
+		}
+	}
+	for _, c := range []Columns{{Partition: "p"}, {HeaderColumns: []string{"h"}}, {Timestamp: "t"}} {
+		if c.isZero() {
+			t.Errorf("%+v is zero", c)
+		}
 	}
 }
 

@@ -22,7 +22,9 @@ var (
 	ErrUnknownRelation = errors.New("unknown relation")
 	// ErrMissingColumn: a Relation message for a configured outbox table lacks
 	// a mapped column (dropped, renamed, or excluded by a publication column
-	// list). The error is a *MissingColumnError.
+	// list), the Partition column included. Columns.HeaderColumns are exempt:
+	// a missing header column only means no such header. The error is a
+	// *MissingColumnError.
 	ErrMissingColumn = errors.New("mapped column missing")
 	// ErrProtocol: the bytes or the message sequence break pgoutput's rules
 	// (Begin inside a transaction, Commit or a change outside one, a negative
@@ -48,8 +50,12 @@ var (
 	// infinity and BC dates are rejected).
 	ErrBadTimestamp = errors.New("invalid timestamp")
 	// ErrBadMessage: a tableless outbox message's content is not a JSON object
-	// or one of its fields has the wrong JSON type.
+	// or one of its fields has the wrong JSON type (a "partition" that is not
+	// a number or null included).
 	ErrBadMessage = errors.New("invalid outbox message content")
+	// ErrBadPartition: the partition column's text, or a message's
+	// "partition" number, is not an integer between 0 and 2^31-1.
+	ErrBadPartition = errors.New("invalid partition")
 	// ErrUnsupportedValue: a mapped column arrived as an unchanged TOAST
 	// pointer ('u') or in binary format ('b'), neither of which an INSERT with
 	// text output can carry.

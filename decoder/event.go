@@ -115,12 +115,21 @@ type Event struct {
 	// bytea as raw bytes. nil means SQL NULL (a tombstone).
 	Payload []byte
 	// Headers are the top-level string entries of the headers column (or
-	// of a message's "headers" field), in the order they appear in its text;
-	// entries with non-string values are left out. nil when there are none.
+	// of a message's "headers" field), in the order they appear in its text,
+	// entries with non-string values left out; then one entry per non-NULL
+	// header column (Columns.HeaderColumns) present in the table, in the
+	// configured order, keyed by the column name. Keys may repeat. nil when
+	// there are none.
 	Headers []Header
 	// Timestamp is the mapped timestamp column's value, zero when unmapped
 	// or NULL (the sink then uses CommitTime).
 	Timestamp time.Time
+	// Partition is the explicit Kafka partition (Columns.Partition, or a
+	// message's "partition" field), valid when HasPartition is set. When
+	// HasPartition is false (unmapped, NULL, or poisoned with
+	// ErrBadPartition) the partition is chosen from the key as usual.
+	Partition    int32
+	HasPartition bool
 	// CommitTime is the transaction's commit time (from its Begin), in UTC.
 	CommitTime time.Time
 	// LSN is the WAL position of the INSERT (or message); XID its transaction.
@@ -128,6 +137,7 @@ type Event struct {
 	XID uint32
 	// Poison, when non-nil, says why this event's values cannot become a
 	// valid record (e.g. NULL aggregate id, headers not a JSON object,
-	// undecodable bytea). The caller dead-letters or stops; never skips.
+	// undecodable bytea, a partition out of range). The caller dead-letters
+	// or stops; never skips.
 	Poison error
 }

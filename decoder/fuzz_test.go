@@ -175,7 +175,7 @@ func fuzzInput(flags byte, msgs ...[]byte) []byte {
 
 var streamErrors = []error{ErrTruncated, ErrUnknownMessage, ErrUnknownRelation, ErrMissingColumn, ErrProtocol}
 
-var valueErrors = []error{ErrNullAggregateID, ErrNullField, ErrBadHeaders, ErrBadPayload, ErrBadTimestamp, ErrBadMessage, ErrUnsupportedValue}
+var valueErrors = []error{ErrNullAggregateID, ErrNullField, ErrBadHeaders, ErrBadPayload, ErrBadTimestamp, ErrBadMessage, ErrBadPartition, ErrUnsupportedValue}
 
 func isOneOf(err error, targets []error) bool {
 	for _, s := range targets {
@@ -232,12 +232,18 @@ func checkEvent(t *testing.T, e *Event, typ byte, inTxn bool, walStart pglogrepl
 			t.Fatalf("header %q has a nil value", h.Key)
 		}
 	}
+	if e.Partition < 0 || (!e.HasPartition && e.Partition != 0) {
+		t.Fatalf("partition %d, has partition %v", e.Partition, e.HasPartition)
+	}
+	if errors.Is(e.Poison, ErrBadPartition) && e.HasPartition {
+		t.Fatalf("partition %d with poison %v", e.Partition, e.Poison)
+	}
 }
 
 func eventIsZero(e *Event) bool {
 	return e.Table == "" && e.TableName == "" && e.ID == "" && e.AggregateType == "" && e.AggregateID == nil &&
 		!e.AggregateIDNull && e.EventType == "" && e.Payload == nil && e.Headers == nil && e.Timestamp.IsZero() &&
-		e.CommitTime.IsZero() && e.LSN == 0 && e.XID == 0 && e.Poison == nil
+		e.Partition == 0 && !e.HasPartition && e.CommitTime.IsZero() && e.LSN == 0 && e.XID == 0 && e.Poison == nil
 }
 
 type outputSnapshot struct {

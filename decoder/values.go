@@ -1,6 +1,9 @@
 package decoder
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Type OIDs of the built-in types the decoder treats specially.
 const (
@@ -203,4 +206,32 @@ func daysIn(month, year int) int {
 		return 30
 	}
 	return 31
+}
+
+// parsePartition parses a partition number: an integer between 0 and
+// math.MaxInt32 written as Postgres prints integer types and JSON writes
+// integers (an optional '-', then decimal digits; no '+', spaces, fraction
+// or exponent).
+func parsePartition(s []byte) (int32, bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+		if v > math.MaxInt32 {
+			return 0, false
+		}
+	}
+	if neg && v != 0 {
+		return 0, false
+	}
+	return int32(v), true
 }

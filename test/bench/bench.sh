@@ -1,17 +1,46 @@
 #!/usr/bin/env bash
-# `make bench`: how fast walrelay drains a backlog compared with pg_recvlogical.
+# `make bench`: how fast walrelay drains a backlog compared with pg_recvlogical, over several
+# runs on the same WAL, reported per run and as medians.
 #
-# Pre-loads BENCH_N outbox rows (payload ~BENCH_PAYLOAD bytes of jsonb, BENCH_TXN_ROWS rows per
-# transaction) behind two fresh pgoutput slots made before the load, then in the same run:
-#   1. pg_recvlogical drains slot bench_recv to /dev/null up to the last transaction's end LSN;
-#   2. walrelay drains slot bench_walrelay to Kafka; the clock stops when the slot's
-#      confirmed_flush_lsn reaches that LSN, which walrelay only confirms once Kafka acked every
-#      record (polled every 100 ms), then walrelay gets SIGTERM.
-# Prints seconds, events/s and WAL MB/s for both, the ratio, walrelay's peak RSS (VmHWM just
-# before SIGTERM), and checks that Kafka holds BENCH_N records (sum of end offsets).
+# Makes BENCH_RUNS pairs of fresh pgoutput slots (bench_recv_<i>, bench_walrelay_<i>), then
+# pre-loads BENCH_N outbox rows once (payload ~BENCH_PAYLOAD bytes of jsonb text,
+# BENCH_TXN_ROWS rows per transaction) behind all of them. Run i then drains pair i, back to
+# back, alternating the order to cancel drift on a shared machine (odd i: pg_recvlogical
+# first; even i: walrelay first):
+#   - pg_recvlogical drains bench_recv_<i> to /dev/null up to the last transaction's end LSN;
+#   - walrelay drains bench_walrelay_<i> to Kafka topic bench.run<i>; the clock stops when the
+#     slot's confirmed_flush_lsn reaches that LSN, which walrelay only confirms once Kafka acked
+#     every record (polled every 100 ms; walrelay runs with --status-interval 100ms), then
+#     walrelay gets SIGTERM and must exit 0.
+# Prints per run: seconds, events/s and WAL MB/s of both, the run's ratio, walrelay's peak RSS
+# (VmHWM just before SIGTERM), the Kafka record count of the run's topic (must be BENCH_N) and
+# the 1-minute load average before the run (the machine is shared; a high one explains an
+# outlier). Then the medians of each column and the median of the per-run ratios. Single runs
+# on a shared 2-core machine swing by 3x: compare medians, and ratios within one run.
 #
-# Knobs: BENCH_N (200000), BENCH_PAYLOAD (200), BENCH_TXN_ROWS (100), BENCH_TIMEOUT (seconds
-# for walrelay's drain, 900), BENCH_WALRELAY_ARGS (extra `walrelay run` flags),
+# Machine-readable lines (also in the saved report):
+#   RUN i=<i> first=recv|walrelay recv_s=.. recv_eps=.. walrelay_s=.. walrelay_eps=.. ratio=..
+#       rss_mb=.. kafka_records=.. exit=.. load1=..
+#   RESULT n=.. payload=.. pad=.. txn_rows=.. runs=.. wal_mb=.. recv_s_median=..
+#       recv_eps_median=.. walrelay_s_median=.. walrelay_eps_median=.. ratio_median=..
+#       rss_mb_median=.. rss_mb_max=.. ok=0|1
+#
+# Payload: the jsonb is {"pad": "...", "seq": i}. BENCH_PAD=hex (default) fills the pad with hex
+# text cut from 512 KiB of md5 output at a different offset per row, so neither Postgres' TOAST
+# compression (pglz, from ~2 KB rows on) nor Kafka's lz4 can shrink it much: WAL and Kafka
+# carry the payload's real size. BENCH_PAD=x repeats 'x' (the old behaviour): a 2 KB payload
+# then compresses to almost nothing in WAL and Kafka.
+#
+# Postgres gets max_wal_size=16GB and checkpoint_timeout=1h (ALTER SYSTEM + reload, in the
+# bench's own throwaway cluster) so that loading 1M x 2 KB (~2.5 GB of WAL, all of it kept by
+# the slots) does not checkpoint every few hundred MB. Disk: about WAL + BENCH_RUNS x Kafka
+# (N x payload each) under WALRELAY_BENCH_DIR; the script refuses to start without that space.
+#
+# Knobs: BENCH_N (200000), BENCH_PAYLOAD (200), BENCH_PAD (hex|x), BENCH_TXN_ROWS (100),
+# BENCH_RUNS (3, at most 9: two slots each plus a probe within max_replication_slots=20),
+# BENCH_TIMEOUT (seconds for one walrelay drain, 900), BENCH_WALRELAY_ARGS (extra `walrelay
+# run` flags; --slot and --topic are set per run after them), BENCH_RESULTS_DIR (where the
+# report is saved as bench-<date>-n<N>-p<PAYLOAD>.txt, test/bench/results; empty: not saved),
 # WALRELAY_BENCH_DIR (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452),
 # WALRELAY_BENCH_KAFKA_PORT (59112), WALRELAY_BIN (bin/walrelay, built when missing),
 # WALRELAY_BENCH_KEEP=1 (leave Postgres and Kafka running).
@@ -25,10 +54,15 @@ N="${BENCH_N:-200000}"
 PAYLOAD="${BENCH_PAYLOAD:-200}"
 TXN_ROWS="${BENCH_TXN_ROWS:-100}"
 TIMEOUT="${BENCH_TIMEOUT:-900}"
-for v in N PAYLOAD TXN_ROWS TIMEOUT; do
+RUNS="${BENCH_RUNS:-3}"
+PAD_KIND="${BENCH_PAD:-hex}"
+for v in N PAYLOAD TXN_ROWS TIMEOUT RUNS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number, got '${!v}'"
 done
-TOPIC=outbox.event.bench
+[ "$RUNS" -le 9 ] || die "BENCH_RUNS must be at most 9 (2 slots per run + 1 probe, max_replication_slots=20), got $RUNS"
+case "$PAD_KIND" in hex | x) ;; *) die "BENCH_PAD must be hex or x, got '$PAD_KIND'" ;; esac
+[ "$PAYLOAD" -le 400000 ] || die "BENCH_PAYLOAD must be at most 400000 (the hex pad is cut from 512 KiB), got $PAYLOAD"
+topic_of() { printf 'bench.run%s\n' "$1"; }
 
 WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
 export WALRELAY_TEST_DIR
@@ -37,15 +71,21 @@ export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"
-WLOG="$WALRELAY_TEST_DIR/walrelay.log"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULT="$WALRELAY_TEST_DIR/result.txt"
+RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
 
 take_lock "$WALRELAY_TEST_DIR"
 "$WALRELAY_ENV_DIR/deps.sh" 8>&-
 stop_services "$WALRELAY_TEST_DIR"
 safe_wipe "$WALRELAY_TEST_DIR"
 ensure_state_dir "$WALRELAY_TEST_DIR"
+
+# Rough disk need: WAL (payload + ~250 B of tuple, index and record overhead per row) plus
+# one Kafka copy per run, plus 2 GB of slack.
+need_mb=$(((N * (PAYLOAD + 250) * (RUNS + 1)) / 1000000 + 2000))
+avail_mb="$(df -Pm "$WALRELAY_TEST_DIR" | awk 'NR == 2 {print $4}')"
+[ "$avail_mb" -ge "$need_mb" ] || die "about $need_mb MB of disk needed under $WALRELAY_TEST_DIR, $avail_mb MB free"
 
 wpid=""
 on_exit() {
@@ -77,8 +117,9 @@ psql_() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" "$@"; }
 q() { psql_ -Atc "$1"; }
 now_ns() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b - a) / 1e9}'; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
 
-# The binary is optional up to the walrelay drain: the recvlogical half is reported either way.
+# The binary is optional up to the walrelay drains: the recvlogical half is reported either way.
 walrelay_problem=""
 if [ ! -x "$BIN" ]; then
 	log "building $BIN"
@@ -86,7 +127,10 @@ if [ ! -x "$BIN" ]; then
 	CGO_ENABLED=0 go build -o "$BIN" ./cmd/walrelay 8>&- || walrelay_problem="could not build ./cmd/walrelay"
 fi
 
-# --- schema, publication and the two slots, before any row exists -----------------------
+# --- settings, schema, publication and the slots, before any row exists --------------------
+# Both are reloadable; postgresql.auto.conf is read after pg.sh's walrelay.conf.
+psql_ -c "ALTER SYSTEM SET max_wal_size = '16GB'" -c "ALTER SYSTEM SET checkpoint_timeout = '1h'" \
+	-c "SELECT pg_reload_conf()" >/dev/null
 if [ -f migrations/001_outbox.sql ]; then
 	psql_ -f migrations/001_outbox.sql
 else
@@ -94,152 +138,231 @@ else
 	  aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb,
 	  headers jsonb NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now())"
 fi
+# 512 KiB of md5 output to cut hex pads from (unlogged: no WAL, and not published).
+psql_ -c "CREATE UNLOGGED TABLE public.bench_pad AS
+  SELECT string_agg(decode(md5(g::text), 'hex'), ''::bytea ORDER BY g) AS b FROM generate_series(1, 32768) AS g"
 psql_ -c "CREATE PUBLICATION walrelay FOR TABLE public.outbox WITH (publish = 'insert')"
-q "SELECT pg_create_logical_replication_slot('bench_walrelay', 'pgoutput')" >/dev/null
-q "SELECT pg_create_logical_replication_slot('bench_recv', 'pgoutput')" >/dev/null
-START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name IN ('bench_walrelay', 'bench_recv')")"
+for ((i = 1; i <= RUNS; i++)); do
+	q "SELECT pg_create_logical_replication_slot('bench_recv_$i', 'pgoutput')" >/dev/null
+	q "SELECT pg_create_logical_replication_slot('bench_walrelay_$i', 'pgoutput')" >/dev/null
+done
+START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name LIKE 'bench\_%'")"
 
 # --- load ---------------------------------------------------------------------------------
 TXNS=$(((N + TXN_ROWS - 1) / TXN_ROWS))
-# jsonb text of {"pad": "x…", "seq": 123456} is 26 bytes plus the pad for a 6-digit seq.
+# jsonb text of {"pad": "…", "seq": 123456} is 26 bytes plus the pad for a 6-digit seq.
 PAD=$((PAYLOAD > 26 ? PAYLOAD - 26 : 0))
-insert_rows() { # first last
+HALF=$(((PAD + 1) / 2))
+if [ "$PAD_KIND" = x ] || [ "$PAD" -eq 0 ]; then
+	PAD_EXPR="repeat('x', $PAD)"
+else
+	# Rows 7919 bytes apart in the blob: no two rows within lz4's 64 KiB window share text.
+	PAD_EXPR="left(encode(substring(blob FROM ((i * 7919) % ($((32768 * 16)) - $HALF)) + 1 FOR $HALF), 'hex'), $PAD)"
+fi
+# load_sql FIRST LAST: one DO block committing transactions FIRST..LAST (0-based) of TXN_ROWS rows.
+load_sql() {
 	cat <<EOF
-INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
-SELECT 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', repeat('x', $PAD))
-FROM generate_series($1, $2) AS i;
-EOF
-}
-log "loading $N rows in $TXNS transactions of up to $TXN_ROWS rows (payload pad $PAD)"
-t0=$(now_ns)
-if [ "$TXNS" -gt 1 ]; then
-	psql_ <<EOF
 DO \$\$
-DECLARE k int;
+DECLARE
+  k int;
+  blob bytea := (SELECT b FROM public.bench_pad);
 BEGIN
-  FOR k IN 0..$((TXNS - 2)) LOOP
+  FOR k IN $1..$2 LOOP
     INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
-    SELECT 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', repeat('x', $PAD))
-    FROM generate_series(k * $TXN_ROWS + 1, (k + 1) * $TXN_ROWS) AS i;
+    SELECT 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', $PAD_EXPR)
+    FROM generate_series(k * $TXN_ROWS + 1, least((k + 1) * $TXN_ROWS, $N)) AS i;
     COMMIT;
   END LOOP;
 END
 \$\$;
 EOF
+}
+log "loading $N rows in $TXNS transactions of up to $TXN_ROWS rows (pad: $PAD chars of $PAD_KIND)"
+t0=$(now_ns)
+if [ "$TXNS" -gt 1 ]; then
+	load_sql 0 $((TXNS - 2)) | psql_
 fi
 # The last transaction's end LSN (what a consumer confirms for it) is read from a probe slot
 # made just before it: the commit row of a peek carries txn->end_lsn.
 q "SELECT pg_create_logical_replication_slot('bench_probe', 'pgoutput')" >/dev/null
-insert_rows $(((TXNS - 1) * TXN_ROWS + 1)) "$N" | psql_
+load_sql $((TXNS - 1)) $((TXNS - 1)) | psql_
 t1=$(now_ns)
+LOAD_S="$(secs "$t0" "$t1")"
 TARGET="$(q "SELECT lsn FROM pg_logical_slot_peek_binary_changes('bench_probe', NULL, NULL,
   'proto_version', '1', 'publication_names', 'walrelay') WHERE get_byte(data, 0) = ascii('C') ORDER BY lsn DESC LIMIT 1")"
 q "SELECT pg_drop_replication_slot('bench_probe')" >/dev/null
 [ -n "$TARGET" ] || die "could not find the last transaction's end LSN"
 ROWS="$(q "SELECT count(*) FROM public.outbox")"
-AVG_PAYLOAD="$(q "SELECT round(avg(octet_length(payload::text))) FROM public.outbox")"
+AVG_PAYLOAD="$(q "SELECT round(avg(octet_length(payload::text))) FROM (SELECT payload FROM public.outbox LIMIT 10000) AS s")"
 WAL_BYTES="$(q "SELECT pg_wal_lsn_diff('$TARGET', '$START_LSN')::bigint")"
-q "CHECKPOINT" >/dev/null
-[ "$ROWS" = "$N" ] || die "loaded $ROWS rows, expected $N"
-log "loaded in $(secs "$t0" "$t1") s; WAL $START_LSN .. $TARGET ($((WAL_BYTES / 1000000)) MB); avg payload $AVG_PAYLOAD B"
-
-# --- drain 1: pg_recvlogical --------------------------------------------------------------
-log "pg_recvlogical draining bench_recv to /dev/null (endpos $TARGET)"
+TABLE_MB="$(q "SELECT pg_total_relation_size('public.outbox') / 1000000")"
 t0=$(now_ns)
-"$WALRELAY_TEST_PGBIN/pg_recvlogical" -d "$DSN" --slot bench_recv --start --no-loop \
-	-o proto_version=1 -o publication_names=walrelay -F 0 -f /dev/null --endpos "$TARGET" 8>&- ||
-	die "pg_recvlogical failed"
-t1=$(now_ns)
-RECV_S="$(secs "$t0" "$t1")"
-log "pg_recvlogical: $RECV_S s"
+q "CHECKPOINT" >/dev/null
+CKPT_S="$(secs "$t0" "$(now_ns)")"
+[ "$ROWS" = "$N" ] || die "loaded $ROWS rows, expected $N"
+log "loaded in $LOAD_S s (checkpoint after it: $CKPT_S s); WAL $START_LSN .. $TARGET ($((WAL_BYTES / 1000000)) MB); table $TABLE_MB MB; avg payload $AVG_PAYLOAD B"
 
-# --- drain 2: walrelay --------------------------------------------------------------------
-WR_S="" WR_RSS_KB="" WR_RC="" KAFKA_RECORDS=""
-run_walrelay() {
-	local extra=()
-	read -r -a extra <<<"${BENCH_WALRELAY_ARGS:-}"
-	log "walrelay draining bench_walrelay to Kafka (log: $WLOG)"
+# --- drains -------------------------------------------------------------------------------
+declare -A RECV_S WR_S WR_RSS_KB WR_RC KREC FIRST LOAD1
+
+run_recv() { # i
+	local i="$1" t0 t1
+	log "run $i: pg_recvlogical draining bench_recv_$i to /dev/null (endpos $TARGET)"
 	t0=$(now_ns)
-	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot bench_walrelay \
+	"$WALRELAY_TEST_PGBIN/pg_recvlogical" -d "$DSN" --slot "bench_recv_$i" --start --no-loop \
+		-o proto_version=1 -o publication_names=walrelay -F 0 -f /dev/null --endpos "$TARGET" 8>&- ||
+		die "pg_recvlogical failed (run $i)"
+	t1=$(now_ns)
+	RECV_S[$i]="$(secs "$t0" "$t1")"
+	log "run $i: pg_recvlogical ${RECV_S[$i]} s"
+}
+
+# Kafka: sum of end offsets over the topic's partitions (idempotent, non-transactional
+# producer: one offset per record). Empty when the topic does not exist.
+kafka_records() { # topic
+	local topic="$1" parts p qargs=()
+	kcat -b "$BROKERS" -L -t "$topic" 2>/dev/null | grep -q 'partition 0' || return 0
+	mapfile -t parts < <(kcat -b "$BROKERS" -L -t "$topic" | awk '$1 == "partition" {sub(",", "", $2); print $2}')
+	for p in "${parts[@]}"; do qargs+=(-t "$topic:$p:-1"); done
+	kcat -b "$BROKERS" -Q "${qargs[@]}" | awk '{s += $NF} END {print s + 0}'
+}
+
+run_walrelay() { # i
+	local i="$1" extra=() t0 t1 deadline hwm rc log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
+	read -r -a extra <<<"${BENCH_WALRELAY_ARGS:-}"
+	log "run $i: walrelay draining bench_walrelay_$i to Kafka topic $(topic_of "$i") (log: $log_file)"
+	t0=$(now_ns)
+	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" \
 		--publication walrelay --heartbeat-interval 0 --status-interval 100ms --metrics-addr "" \
-		"${extra[@]}" >"$WLOG" 2>&1 8>&- </dev/null &
+		"${extra[@]}" --slot "bench_walrelay_$i" --topic "$(topic_of "$i")" >"$log_file" 2>&1 8>&- </dev/null &
 	wpid=$!
 	echo "$wpid" >"$WPID_FILE"
-	local deadline=$((SECONDS + TIMEOUT)) hwm
+	deadline=$((SECONDS + TIMEOUT))
 	while :; do
-		if [ "$(q "SELECT confirmed_flush_lsn >= '$TARGET'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay'")" = t ]; then
+		if [ "$(q "SELECT confirmed_flush_lsn >= '$TARGET'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'")" = t ]; then
 			t1=$(now_ns)
 			break
 		fi
 		hwm="$(awk '/^VmHWM:/ {print $2}' "/proc/$wpid/status" 2>/dev/null || true)"
-		[ -n "$hwm" ] && WR_RSS_KB="$hwm"
+		[ -n "$hwm" ] && WR_RSS_KB[$i]="$hwm"
 		if ! pid_alive "$wpid"; then
-			tail -n 20 "$WLOG" >&2
-			walrelay_problem="walrelay exited before confirming $TARGET"
+			tail -n 20 "$log_file" >&2
+			walrelay_problem="run $i: walrelay exited before confirming $TARGET"
 			return 1
 		fi
 		if [ "$SECONDS" -ge "$deadline" ]; then
-			tail -n 20 "$WLOG" >&2
-			walrelay_problem="walrelay did not confirm $TARGET within ${TIMEOUT}s (confirmed: $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay'"))"
+			tail -n 20 "$log_file" >&2
+			walrelay_problem="run $i: walrelay did not confirm $TARGET within ${TIMEOUT}s (confirmed: $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'"))"
 			return 1
 		fi
 		sleep 0.1
 	done
-	WR_S="$(secs "$t0" "$t1")"
+	WR_S[$i]="$(secs "$t0" "$t1")"
 	hwm="$(awk '/^VmHWM:/ {print $2}' "/proc/$wpid/status" 2>/dev/null || true)"
-	[ -n "$hwm" ] && WR_RSS_KB="$hwm"
+	[ -n "$hwm" ] && WR_RSS_KB[$i]="$hwm"
 	kill -TERM "$wpid"
-	WR_RC=0
+	rc=0
 	if wait_pid_gone "$wpid" 60; then
-		wait "$wpid" || WR_RC=$?
+		wait "$wpid" || rc=$?
 	else
-		WR_RC="no exit 60 s after SIGTERM"
+		rc="no-exit-60s-after-SIGTERM"
 		kill -KILL "$wpid" 2>/dev/null || true
 	fi
+	WR_RC[$i]="$rc"
 	wpid=""
 	rm -f "$WPID_FILE"
-	log "walrelay: $WR_S s, exit after SIGTERM: $WR_RC"
+	log "run $i: walrelay ${WR_S[$i]} s, exit after SIGTERM: $rc"
 }
-if [ -z "$walrelay_problem" ]; then
-	run_walrelay || true
-fi
 
-# Kafka: sum of end offsets over the topic's partitions (idempotent, non-transactional
-# producer: one offset per record).
-if kcat -b "$BROKERS" -L -t "$TOPIC" 2>/dev/null | grep -q 'partition 0'; then
-	mapfile -t parts < <(kcat -b "$BROKERS" -L -t "$TOPIC" | awk '$1 == "partition" {sub(",", "", $2); print $2}')
-	qargs=()
-	for p in "${parts[@]}"; do qargs+=(-t "$TOPIC:$p:-1"); done
-	KAFKA_RECORDS="$(kcat -b "$BROKERS" -Q "${qargs[@]}" | awk '{s += $NF} END {print s + 0}')"
-fi
+for ((i = 1; i <= RUNS; i++)); do
+	LOAD1[$i]="$(load1)"
+	if ((i % 2 == 1)); then
+		FIRST[$i]=recv
+		run_recv "$i"
+		[ -n "$walrelay_problem" ] || run_walrelay "$i" || true
+	else
+		FIRST[$i]=walrelay
+		[ -n "$walrelay_problem" ] || run_walrelay "$i" || true
+		run_recv "$i"
+	fi
+	KREC[$i]="$(kafka_records "$(topic_of "$i")")"
+done
 
 # --- report -------------------------------------------------------------------------------
 rate() { awk -v n="$1" -v s="$2" 'BEGIN {if (s > 0) printf "%.0f", n / s; else print "-"}'; }
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN {if (s > 0) printf "%.1f", b / s / 1e6; else print "-"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2f", a / b; else print "-"}'; }
+mb() { awk -v k="$1" 'BEGIN {if (k != "") printf "%.1f", k / 1024; else print "-"}'; }
+# median V...: of the numeric arguments ("-" and empty ones skipped); "-" when none.
+median() {
+	printf '%s\n' "$@" | awk '$1 ~ /^[0-9.]+$/' | sort -g |
+		awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.6f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+maxof() { printf '%s\n' "$@" | awk '$1 ~ /^[0-9.]+$/' | sort -g | tail -n 1 | awk '{print} END {if (NR == 0) print "-"}'; }
+fmt() { awk -v v="$1" -v f="$2" 'BEGIN {if (v == "-" || v == "") print "-"; else printf f, v}'; }
+
+recv_eps=() wr_eps=() ratios=() rss_mb=() recv_ss=() wr_ss=() recv_mbs=() wr_mbs=()
+ok=1
+for ((i = 1; i <= RUNS; i++)); do
+	recv_ss+=("${RECV_S[$i]:-}")
+	wr_ss+=("${WR_S[$i]:-}")
+	recv_eps+=("$(rate "$N" "${RECV_S[$i]:-0}")")
+	wr_eps+=("$(rate "$N" "${WR_S[$i]:-0}")")
+	recv_mbs+=("$(mbps "$WAL_BYTES" "${RECV_S[$i]:-0}")")
+	wr_mbs+=("$(mbps "$WAL_BYTES" "${WR_S[$i]:-0}")")
+	ratios+=("$(ratio "${RECV_S[$i]:-0}" "${WR_S[$i]:-0}")")
+	rss_mb+=("$(mb "${WR_RSS_KB[$i]:-}")")
+	[ -n "${WR_S[$i]:-}" ] && [ "${WR_RC[$i]:-}" = 0 ] && [ "${KREC[$i]:-}" = "$N" ] || ok=0
+done
+[ -z "$walrelay_problem" ] || ok=0
+med_ratio="$(fmt "$(median "${ratios[@]}")" %.2f)"
+rss_max="$(maxof "${rss_mb[@]}")"
 {
 	echo
-	echo "walrelay bench: N=$N events, payload ~$PAYLOAD B (avg $AVG_PAYLOAD B jsonb text), $TXN_ROWS rows/txn, WAL $(mbps "$WAL_BYTES" 1) MB"
-	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, same machine)"
-	printf '%-16s %9s %12s %10s\n' "" seconds events/s "WAL MB/s"
-	printf '%-16s %9s %12s %10s\n' pg_recvlogical "$RECV_S" "$(rate "$N" "$RECV_S")" "$(mbps "$WAL_BYTES" "$RECV_S")"
-	if [ -n "$WR_S" ]; then
-		printf '%-16s %9s %12s %10s\n' walrelay "$WR_S" "$(rate "$N" "$WR_S")" "$(mbps "$WAL_BYTES" "$WR_S")"
-		echo "ratio walrelay/pg_recvlogical (events/s): $(awk -v a="$RECV_S" -v b="$WR_S" 'BEGIN {printf "%.2f", a / b}')"
-		echo "walrelay peak RSS (VmHWM): $(awk -v k="${WR_RSS_KB:-0}" 'BEGIN {printf "%.1f MB", k / 1024}')"
-		echo "walrelay exit status after SIGTERM: $WR_RC"
-	else
-		printf '%-16s %9s\n' walrelay "n/a: $walrelay_problem"
-	fi
-	if [ -n "$KAFKA_RECORDS" ]; then
+	echo "walrelay bench: N=$N events x $RUNS runs, payload ~$PAYLOAD B ($PAD_KIND pad; avg $AVG_PAYLOAD B jsonb text), $TXN_ROWS rows/txn, WAL $(mbps "$WAL_BYTES" 1) MB, table $TABLE_MB MB, load $LOAD_S s"
+	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions, same machine); walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' 2>/dev/null || echo '+local changes')"
+	[ -z "${BENCH_WALRELAY_ARGS:-}" ] || echo "extra walrelay flags: $BENCH_WALRELAY_ARGS"
+	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s %9s %5s\n' \
+		run first "recv s" "recv ev/s" "MB/s" "wr s" "wr ev/s" "MB/s" ratio "RSS MB" kafka load1
+	for ((i = 1; i <= RUNS; i++)); do
+		printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s %9s %5s\n' \
+			"$i" "${FIRST[$i]}" "${RECV_S[$i]:--}" "${recv_eps[i - 1]}" "${recv_mbs[i - 1]}" \
+			"${WR_S[$i]:--}" "${wr_eps[i - 1]}" "${wr_mbs[i - 1]}" "${ratios[i - 1]}" "${rss_mb[i - 1]}" \
+			"${KREC[$i]:-none}" "${LOAD1[$i]}"
+	done
+	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s\n' median "" \
+		"$(fmt "$(median "${recv_ss[@]}")" %.3f)" "$(fmt "$(median "${recv_eps[@]}")" %.0f)" "$(fmt "$(median "${recv_mbs[@]}")" %.1f)" \
+		"$(fmt "$(median "${wr_ss[@]}")" %.3f)" "$(fmt "$(median "${wr_eps[@]}")" %.0f)" "$(fmt "$(median "${wr_mbs[@]}")" %.1f)" \
+		"$med_ratio" "$(fmt "$(median "${rss_mb[@]}")" %.1f)"
+	echo "(ratio = walrelay events/s / pg_recvlogical events/s within the run; the median ratio is the median of the per-run ratios)"
+	echo "ratio walrelay/pg_recvlogical (events/s): $med_ratio (median of $RUNS runs: ${ratios[*]})"
+	echo "walrelay peak RSS (VmHWM): $(fmt "$rss_max" '%.1f MB') (max of $RUNS runs: ${rss_mb[*]})"
+	for ((i = 1; i <= RUNS; i++)); do
+		rc="${WR_RC[$i]:-n/a}"
 		verdict="OK"
-		[ "$KAFKA_RECORDS" = "$N" ] || verdict="MISMATCH (expected $N)"
-		echo "Kafka $TOPIC: $KAFKA_RECORDS records (${#parts[@]} partitions): $verdict"
-	else
-		echo "Kafka $TOPIC: topic not found"
-	fi
-	echo "(walrelay's time includes its start-up; pg_recvlogical's includes its connection.)"
+		[ "${KREC[$i]:-}" = "$N" ] || verdict="MISMATCH (expected $N)"
+		echo "run $i: walrelay exit status after SIGTERM: $rc; Kafka $(topic_of "$i"): ${KREC[$i]:-no topic} records: $verdict"
+	done
+	[ -z "$walrelay_problem" ] || echo "walrelay: $walrelay_problem"
+	echo "(walrelay's time includes its start-up and up to ~0.2 s of status interval + polling; pg_recvlogical's includes its connection.)"
+	for ((i = 1; i <= RUNS; i++)); do
+		echo "RUN i=$i first=${FIRST[$i]} recv_s=${RECV_S[$i]:--} recv_eps=${recv_eps[i - 1]} walrelay_s=${WR_S[$i]:--} walrelay_eps=${wr_eps[i - 1]} ratio=${ratios[i - 1]} rss_mb=${rss_mb[i - 1]} kafka_records=${KREC[$i]:-0} exit=${WR_RC[$i]:-n/a} load1=${LOAD1[$i]}"
+	done
+	echo "RESULT n=$N payload=$PAYLOAD pad=$PAD_KIND txn_rows=$TXN_ROWS runs=$RUNS wal_mb=$(mbps "$WAL_BYTES" 1) load_s=$LOAD_S" \
+		"recv_s_median=$(fmt "$(median "${recv_ss[@]}")" %.3f) recv_eps_median=$(fmt "$(median "${recv_eps[@]}")" %.0f)" \
+		"walrelay_s_median=$(fmt "$(median "${wr_ss[@]}")" %.3f) walrelay_eps_median=$(fmt "$(median "${wr_eps[@]}")" %.0f)" \
+		"ratio_median=$med_ratio rss_mb_median=$(fmt "$(median "${rss_mb[@]}")" %.1f) rss_mb_max=$rss_max ok=$ok"
 } | tee "$RESULT"
 
-[ -n "$WR_S" ] || die "$walrelay_problem"
-[ "$WR_RC" = 0 ] || die "walrelay exit status after SIGTERM: $WR_RC"
-[ "$KAFKA_RECORDS" = "$N" ] || die "Kafka holds ${KAFKA_RECORDS:-no} records for $TOPIC, expected $N"
+if [ -n "$RESULTS_DIR" ]; then
+	mkdir -p "$RESULTS_DIR"
+	saved="$RESULTS_DIR/bench-$(date +%Y%m%d-%H%M%S)-n$N-p$PAYLOAD.txt"
+	cp "$RESULT" "$saved"
+	log "report saved to $saved"
+fi
+
+[ -z "$walrelay_problem" ] || die "$walrelay_problem"
+for ((i = 1; i <= RUNS; i++)); do
+	[ "${WR_RC[$i]:-}" = 0 ] || die "run $i: walrelay exit status after SIGTERM: ${WR_RC[$i]:-none}"
+	[ "${KREC[$i]:-}" = "$N" ] || die "run $i: Kafka holds ${KREC[$i]:-no} records for $(topic_of "$i"), expected $N"
+done
