@@ -21,12 +21,16 @@ const capturePath = "testdata/capture/pg15.pgo"
 func captureConfig() Config {
 	withTS := DefaultColumns()
 	withTS.Timestamp = "created_at"
+	routed := withTS
+	routed.Partition = "part"
+	routed.HeaderColumns = []string{"trace_id", "tenant_id", "sig"}
 	return Config{
 		Tables: []Table{
 			{Name: "outbox", Columns: withTS},
 			{Schema: "app", Name: "outbox_bytea"},
 			{Name: "outbox_text", Columns: withTS},
 			{Name: "outbox_debezium", Columns: DebeziumColumns()},
+			{Name: "outbox_routed", Columns: routed},
 		},
 		MessagePrefix: "walrelay.outbox",
 	}
@@ -164,6 +168,30 @@ func captureWants() []want {
 		// T12: outbox_drop is not mapped here
 		begin, ignored(ReasonUnmappedTable, "public.outbox_drop"), commit,
 		begin, ignored(ReasonUnmappedTable, "public.outbox_drop"), commit,
+		// T13: partition and header columns; trace_id is added mid-stream.
+		begin,
+		ev(with(tableEvent("public.outbox_routed", "a1", "order", "order-10", "Routed", `{"v": 10}`), func(e *Event) {
+			e.Headers = []Header{{"tenant", []byte("acme")}, {"tenant_id", []byte("42")}, {"sig", []byte{0, 0xff}}}
+			e.Timestamp = ts("2026-11-21 05:40:10")
+			e.Partition, e.HasPartition = 2, true
+		})),
+		ev(with(tableEvent("public.outbox_routed", "a2", "order", "order-10", "RoutedNulls", `{"v": 11}`), func(e *Event) {
+			e.Timestamp = ts("2026-11-21 05:40:11")
+		})),
+		ev(with(tableEvent("public.outbox_routed", "a3", "order", "order-10", "Traced", `{"v": 12}`), func(e *Event) {
+			e.Headers = hdrs("trace_id", "00-abc-01", "tenant_id", "9223372036854775807", "sig", "")
+			e.Timestamp = ts("2026-11-21 05:40:12")
+			e.Partition, e.HasPartition = 32767, true
+		})),
+		ev(with(tableEvent("public.outbox_routed", "a4", "order", "order-10", "BadPartition", `{"v": 13}`), func(e *Event) {
+			e.Headers = hdrs("tenant_id", "-9223372036854775808")
+			e.Timestamp = ts("2026-11-21 05:40:13")
+			e.Poison = ErrBadPartition
+		})),
+		ev(with(tableEvent("", "a5", "user", "user-7", "Partitioned", `{}`), func(e *Event) {
+			e.Partition, e.HasPartition = 4, true
+		})),
+		commit,
 		// end marker
 		ignored(ReasonForeignMessage, ""),
 	}

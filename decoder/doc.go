@@ -20,6 +20,21 @@
 //     (KindIgnored, with a Reason).
 //   - Relation, Type and Origin messages only update state (KindNone).
 //
+// # Columns
+//
+// Columns maps an outbox table's columns to event fields. Besides the
+// required ones and the optional headers (a JSON object) and timestamp
+// columns, an optional Partition column carries an explicit Kafka partition
+// (Event.Partition, valid when Event.HasPartition; NULL leaves the choice to
+// the key hash), and HeaderColumns copies more columns into Event.Headers,
+// named after the column, after the entries of the headers column. A mapped
+// column (Partition included) missing from a table's Relation message is a
+// stream error (ErrMissingColumn); a header column is not mapped in that
+// sense: it is absent until a Relation message includes it, so it can be
+// added with ALTER TABLE ... ADD COLUMN while the decoder runs, and inserts
+// after that Relation carry the header. A tableless message event takes an
+// optional integer "partition" field the same way.
+//
 // # Invariants
 //
 //   - Pure and synchronous: no I/O, no goroutines, no logging, no context.
@@ -30,9 +45,9 @@
 //     *DecodeError wrapping an exported sentinel; the caller must stop, and
 //     call Reset before decoding a new replication session.
 //   - A problem with the values of one event (NULL aggregate id, bad headers,
-//     invalid bytea, ...) is never an error and never drops the event: the
-//     event is returned with Event.Poison set, for the caller to dead-letter
-//     or stop on.
+//     invalid bytea, a partition that is not an integer in [0, 2^31-1], ...)
+//     is never an error and never drops the event: the event is returned
+//     with Event.Poison set, for the caller to dead-letter or stop on.
 //   - KindEvent is only produced inside a transaction, and an event's LSN,
 //     XID and CommitTime are those of its change and its transaction.
 //   - Decode never retains its input, and nothing in an Output aliases it.

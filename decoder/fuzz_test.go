@@ -17,9 +17,10 @@ import (
 // byte followed by messages, each a 2-byte big-endian length and its bytes
 // (a short last message takes what is left). Flag bit 0 primes the decoder
 // with the Relation and Type messages of the capture and of the hand-built
-// tests, so that inserts hit known outbox tables; bit 1 starts inside a
-// transaction. Decode must never panic, and what it returns must obey the
-// package invariants.
+// tests, so that inserts hit known outbox tables (public.routed, with a
+// partition column and header columns, starts without two of its header
+// columns); bit 1 starts inside a transaction. Decode must never panic, and
+// what it returns must obey the package invariants.
 func FuzzDecode(f *testing.F) {
 	// Seeds from the capture: each transaction with the messages before it
 	// (its Relation messages included), from a fresh decoder; and each
@@ -47,6 +48,15 @@ func FuzzDecode(f *testing.F) {
 		{encRelation(relOutbox, "public", "outbox", append(outboxCols, rc{"source", oidText})...), encInsert(relOutbox, append(row, txt("s"))...)},
 		{encUpdate(relOutbox, 'O', row, row...), encDelete(relOutbox, 'K', row...), encTruncate(0, relOther, relOutbox)},
 		{encCommit(1, 2, commitTime), encBegin(3, commitTime, 4), encOrigin(5, "o"), encType(6, "s", "t")},
+		// public.routed: header columns absent, then added; bad values.
+		{encInsert(relRouted, routedRow()[:9]...), encRelation(relRouted, "public", "routed", routedCols...),
+			encInsert(relRouted, append(row, txt("2147483647"), txt("tr"), null(), txt(`a\\b\001`))...)},
+		{encInsert(relRouted, append(goodRow(), txt("-1"), unchanged())...),
+			encInsert(relRouted, append(goodRow(), null(), txt(""))...),
+			encRelation(relRouted, "public", "routed", append([]rc{{"sig", oidBytea}}, routedCols[:8]...)...),
+			encInsert(relRouted, append([]tv{txt(`\x0`)}, append(goodRow(), txt("x"))...)...)},
+		{encMessage(true, 0, "walrelay.outbox", []byte(`{"id":"e","aggregate_type":"a","aggregate_id":"k","event_type":"t","partition":7}`)),
+			encMessage(true, 0, "walrelay.outbox", []byte(`{"id":"e","aggregate_type":"a","aggregate_id":"k","event_type":"t","partition":-1.5e3}`))},
 	} {
 		f.Add(fuzzInput(3, seed...))
 	}
@@ -58,7 +68,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		flags, rest := in[0], in[1:]
 		cfg := captureConfig()
-		cfg.Tables = append(cfg.Tables, testConfig().Tables[1]) // app.blob
+		cfg.Tables = append(cfg.Tables, testConfig().Tables[1], Table{Name: "routed", Columns: routedColumns()})
 		d, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -161,6 +171,7 @@ func primeMessages(msgs []captured) [][]byte {
 		encRelation(relOutbox, "public", "outbox", outboxCols...),
 		encRelation(relOther, "public", "other", rc{"k", 23}, rc{"v", oidText}),
 		encRelation(relBlob, "app", "blob", blobCols...),
+		encRelation(relRouted, "public", "routed", routedCols[:9]...), // no tenant_id, no sig
 	)
 }
 

@@ -48,7 +48,7 @@ const (
 // in the stream.
 var setup = []string{
 	`DROP PUBLICATION IF EXISTS walrelay_capture`,
-	`DROP TABLE IF EXISTS outbox, app.outbox_bytea, outbox_text, outbox_debezium, outbox_drop, other_table`,
+	`DROP TABLE IF EXISTS outbox, app.outbox_bytea, outbox_text, outbox_debezium, outbox_drop, outbox_routed, other_table`,
 	`DROP TYPE IF EXISTS mood`,
 	`CREATE SCHEMA IF NOT EXISTS app`,
 	`CREATE TYPE mood AS ENUM ('calm', 'busy')`,
@@ -94,8 +94,22 @@ var setup = []string{
 	  type          varchar(255) NOT NULL,
 	  payload       jsonb
 	)`,
+	// An explicit partition column and columns copied into headers
+	// (trace_id is added mid-stream).
+	`CREATE TABLE outbox_routed (
+	  id             uuid        PRIMARY KEY,
+	  aggregate_type text        NOT NULL,
+	  aggregate_id   text        NOT NULL,
+	  event_type     text        NOT NULL,
+	  payload        jsonb,
+	  headers        jsonb       NOT NULL DEFAULT '{}',
+	  created_at     timestamptz NOT NULL DEFAULT now(),
+	  part           smallint,
+	  tenant_id      bigint,
+	  sig            bytea
+	)`,
 	`CREATE TABLE other_table (k int PRIMARY KEY, v text)`,
-	`CREATE PUBLICATION walrelay_capture FOR TABLE outbox, outbox_drop, app.outbox_bytea, outbox_text, outbox_debezium, other_table`,
+	`CREATE PUBLICATION walrelay_capture FOR TABLE outbox, outbox_drop, app.outbox_bytea, outbox_text, outbox_debezium, outbox_routed, other_table`,
 	`SELECT pg_replication_origin_drop('walrelay_capture_origin') FROM pg_replication_origin WHERE roname = 'walrelay_capture_origin'`,
 	`SELECT pg_replication_origin_create('walrelay_capture_origin')`,
 }
@@ -194,6 +208,19 @@ var scenario = []string{
 	`ALTER TABLE outbox_drop DROP COLUMN event_type`,
 	`INSERT INTO outbox_drop (id, aggregate_type, aggregate_id, payload) VALUES
 	  ('00000000-0000-4000-8000-000000000092', 'drop', 'drop-1', '{}')`,
+	// T13: partition and header columns; ADD COLUMN trace_id (a header
+	// column) mid-transaction; a negative partition; a message with a
+	// partition.
+	`BEGIN;
+	INSERT INTO outbox_routed (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, part, tenant_id, sig) VALUES
+	  ('00000000-0000-4000-8000-0000000000a1', 'order', 'order-10', 'Routed', '{"v": 10}', '{"tenant": "acme"}', '2026-11-21 05:40:10+00', 2, 42, '\x00ff'::bytea),
+	  ('00000000-0000-4000-8000-0000000000a2', 'order', 'order-10', 'RoutedNulls', '{"v": 11}', '{}', '2026-11-21 05:40:11+00', NULL, NULL, NULL);
+	ALTER TABLE outbox_routed ADD COLUMN trace_id text;
+	INSERT INTO outbox_routed (id, aggregate_type, aggregate_id, event_type, payload, created_at, part, tenant_id, sig, trace_id) VALUES
+	  ('00000000-0000-4000-8000-0000000000a3', 'order', 'order-10', 'Traced', '{"v": 12}', '2026-11-21 05:40:12+00', 32767, 9223372036854775807, ''::bytea, '00-abc-01'),
+	  ('00000000-0000-4000-8000-0000000000a4', 'order', 'order-10', 'BadPartition', '{"v": 13}', '2026-11-21 05:40:13+00', -1, -9223372036854775808, NULL, NULL);
+	SELECT pg_logical_emit_message(true, 'walrelay.outbox', '{"id": "00000000-0000-4000-8000-0000000000a5", "aggregate_type": "user", "aggregate_id": "user-7", "event_type": "Partitioned", "payload": {}, "partition": 4}');
+	COMMIT`,
 	// The end of the capture.
 	`SELECT pg_logical_emit_message(false, '` + endPrefix + `', 'end')`,
 }
