@@ -65,6 +65,7 @@ func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intende
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter topic: %w", err)}
 	}
 	rec := s.record(topic, ev)
+	rec.Partition = noPartition // the explicit partition was for the intended topic
 	if len(rec.Key) == 0 {
 		rec.Key = nil
 	}

@@ -216,8 +216,9 @@ type Sink struct {
 	client *kgo.Client
 	admin  *kadm.Client
 
-	mu     sync.Mutex
-	topics map[string]int32 // topics known to exist → max.message.bytes (0 unknown)
+	mu         sync.Mutex
+	partitions map[string]int   // partition count of topics with explicit partitions
+	topics     map[string]int32 // topics known to exist → max.message.bytes (0 unknown)
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -231,7 +232,8 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, tmpl: tmpl, tmpls: map[string]Template{}, log: slog.Default(), topics: map[string]int32{}}
+	s := &Sink{cfg: cfg, tmpl: tmpl, tmpls: map[string]Template{}, log: slog.Default(),
+		topics: map[string]int32{}, partitions: map[string]int{}}
 	for table, src := range cfg.TableTopics {
 		t, err := ParseTemplate(src)
 		if err != nil {
@@ -251,6 +253,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
+		kgo.RecordPartitioner(newPartitioner()),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		// Retryable errors are retried without limit (franz-go's default): a
 		// record either reaches Kafka or fails with a permanent error, and the
@@ -288,8 +291,9 @@ func (s *Sink) Topic(ev *decoder.Event) (string, error) {
 // after Kafka acknowledged the record (acks=all), or with a *ProduceError.
 // Produce returns an error (and does not call done) only when the record was
 // not handed to the client: the topic is invalid (ErrInvalidTopic) or
-// missing (ErrTopicMissing), or the record is larger than the topic accepts
-// (ErrTooLarge, checked on the uncompressed size).
+// missing (ErrTopicMissing), the record is larger than the topic accepts
+// (ErrTooLarge, checked on the uncompressed size), or its explicit partition
+// does not exist (ErrNoSuchPartition).
 //
 // ctx bounds the record's whole life, as in franz-go: Produce blocks while
 // the client's buffer is full until ctx ends, and a record still buffered
@@ -308,6 +312,9 @@ func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error))
 	}
 	rec := s.record(topic, ev)
 	if err := s.checkSize(rec); err != nil {
+		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
+	if err := s.checkPartition(ctx, rec); err != nil {
 		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	s.produce(ctx, rec, ev, done)
@@ -381,8 +388,13 @@ func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
 	if ts.IsZero() {
 		ts = ev.CommitTime
 	}
+	partition := int32(noPartition)
+	if ev.HasPartition {
+		partition = ev.Partition
+	}
 	return &kgo.Record{
 		Topic:     topic,
+		Partition: partition,
 		Key:       ev.AggregateID,
 		Value:     ev.Payload,
 		Headers:   hs,

@@ -33,6 +33,9 @@ type Config struct {
 	// with --table: role (id, aggregate_type, aggregate_id, event_type,
 	// payload, headers, timestamp) → column name; "none" unmaps an optional one.
 	ColumnMap map[string]string
+	// HeaderColumns are table columns copied into record headers (for every
+	// table given with --table).
+	HeaderColumns []string
 	// TableSpecs, from the YAML key tables, gives each outbox table its own
 	// preset, columns and topic; it replaces --table, --columns and the
 	// column flags.
@@ -237,6 +240,8 @@ func (c *Config) settings() []setting {
 		{"column-payload", "column holding the payload (jsonb, json, text or bytea)", mapVal{c.ColumnMap, "payload"}},
 		{"column-headers", "jsonb column whose top-level string entries become headers (none: no such column)", mapVal{c.ColumnMap, "headers"}},
 		{"column-timestamp", "timestamp column used as the record timestamp (none: commit time)", mapVal{c.ColumnMap, "timestamp"}},
+		{"column-partition", "integer column holding an explicit Kafka partition (NULL: by key)", mapVal{c.ColumnMap, "partition"}},
+		{"header-columns", "more columns copied into record headers, comma-separated (may be added to the table later)", listVal{&c.HeaderColumns}},
 		{"message-prefix", "logical message prefix of tableless outbox events (empty disables)", stringVal{&c.MessagePrefix}},
 		{"cloudevents", "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", boolVal{&c.CloudEvents}},
 		{"cloudevents-source", "ce_source; {table} is replaced by schema.table (or message)", stringVal{&c.CloudEventsSource}},

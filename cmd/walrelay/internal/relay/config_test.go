@@ -188,3 +188,19 @@ func TestColumnFlagsAndTablelessOnly(t *testing.T) {
 		t.Fatalf("on-poison ignore: %v", err)
 	}
 }
+
+func TestHeaderAndPartitionColumns(t *testing.T) {
+	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092",
+		"--header-columns", "trace_id, tenant", "--column-partition", "shard"}, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := cfg.decoderConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dc.Tables[0].Columns
+	if strings.Join(c.HeaderColumns, ",") != "trace_id,tenant" || c.Partition != "shard" || c.Payload != "payload" {
+		t.Fatalf("columns %+v", c)
+	}
+}

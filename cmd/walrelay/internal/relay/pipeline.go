@@ -176,6 +176,8 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 			return p.deadLetter(ev, pe.Topic, "invalid_topic", err, done)
 		case errors.Is(err, sink.ErrTooLarge):
 			return p.deadLetter(ev, pe.Topic, "too_large", err, done)
+		case errors.Is(err, sink.ErrNoSuchPartition):
+			return p.deadLetter(ev, pe.Topic, "bad_partition", err, done)
 		}
 	}
 	p.m.produceFailures.Inc()
@@ -210,6 +212,7 @@ func poisonOf(ev *decoder.Event) (string, error) {
 			{decoder.ErrBadTimestamp, "bad_timestamp"},
 			{decoder.ErrBadMessage, "bad_message"},
 			{decoder.ErrUnsupportedValue, "unsupported_value"},
+			{decoder.ErrBadPartition, "bad_partition"},
 		} {
 			if errors.Is(ev.Poison, c.err) {
 				return c.reason, ev.Poison

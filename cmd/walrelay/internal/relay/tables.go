@@ -23,10 +23,12 @@ type TableSpec struct {
 	ColumnMap map[string]string `yaml:"column_map"`
 	// Topic is the topic template; default the top-level topic.
 	Topic string `yaml:"topic"`
+	// HeaderColumns are more columns copied into record headers.
+	HeaderColumns []string `yaml:"header_columns"`
 }
 
 // columnRoles are the keys of a column map.
-var columnRoles = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "timestamp"}
+var columnRoles = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "timestamp", "partition"}
 
 func tableSpecsFromYAML(v any, cfg *Config) error {
 	b, err := yaml.Marshal(v)
@@ -37,7 +39,7 @@ func tableSpecsFromYAML(v any, cfg *Config) error {
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&specs); err != nil {
-		return fmt.Errorf("must be a list of {name, columns, column_map, topic}: %w", err)
+		return fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic}: %w", err)
 	}
 	if len(specs) == 0 {
 		return errors.New("is empty")
@@ -59,7 +61,7 @@ func (c Config) tables() ([]resolvedTable, error) {
 	specs := c.TableSpecs
 	if len(specs) == 0 {
 		for _, t := range c.Tables {
-			specs = append(specs, TableSpec{Name: t, Columns: c.Columns, ColumnMap: c.ColumnMap})
+			specs = append(specs, TableSpec{Name: t, Columns: c.Columns, ColumnMap: c.ColumnMap, HeaderColumns: c.HeaderColumns})
 		}
 	}
 	out := make([]resolvedTable, 0, len(specs))
@@ -80,6 +82,7 @@ func (c Config) tables() ([]resolvedTable, error) {
 		if cols, err = applyColumnMap(cols, sp.ColumnMap); err != nil {
 			return nil, fmt.Errorf("%s: %w", tn, err)
 		}
+		cols.HeaderColumns = append([]string(nil), sp.HeaderColumns...)
 		topic := sp.Topic
 		if topic == "" {
 			topic = c.Topic
@@ -119,10 +122,12 @@ func applyColumnMap(cols decoder.Columns, m map[string]string) (decoder.Columns,
 			p = &cols.Headers
 		case "timestamp":
 			p = &cols.Timestamp
+		case "partition":
+			p = &cols.Partition
 		default:
 			return cols, fmt.Errorf("unknown column role %q (use %s)", role, strings.Join(columnRoles, ", "))
 		}
-		if col == "" && role != "headers" && role != "timestamp" {
+		if col == "" && role != "headers" && role != "timestamp" && role != "partition" {
 			return cols, fmt.Errorf("column %s is required and cannot be none", role)
 		}
 		*p = col
