@@ -62,30 +62,37 @@ type pipeline struct {
 	log        *slog.Logger
 	m          *metrics
 	produceCtx context.Context // outlives a graceful drain
-	fatal      chan error      // first produce failure; capacity 1
 	walEnd     *atomic.Uint64  // highest server WAL end seen (for lag)
 	out        decoder.Output
+
+	// failed ends with the first produce failure of any session (records
+	// of an earlier session may fail after a reconnect); fail cancels it.
+	failed context.Context
+	fail   context.CancelCauseFunc
 }
 
-func (p *pipeline) fail(err error) {
-	select {
-	case p.fatal <- err:
-	default:
+func (p *pipeline) failure() error {
+	if p.failed.Err() != nil {
+		return context.Cause(p.failed)
 	}
+	return nil
 }
 
 // run consumes batches until ctx is done (nil), the stream ends (nil) or an
-// event cannot be delivered (error).
-func (p *pipeline) run(ctx context.Context, src batchSource) error {
+// event cannot be delivered (error). A produce failure stops it, also when
+// it is blocked at the in-flight cap.
+func (p *pipeline) run(parent context.Context, src batchSource) error {
+	ctx, abort := context.WithCancelCause(parent)
+	defer abort(nil)
+	stop := context.AfterFunc(p.failed, func() { abort(context.Cause(p.failed)) })
+	defer stop()
 	for {
 		if ctx.Err() != nil {
-			return nil
+			return p.failure()
 		}
 		select {
 		case <-ctx.Done():
-			return nil
-		case err := <-p.fatal:
-			return err
+			return p.failure()
 		case b, ok := <-src.Batches():
 			if !ok {
 				return nil
@@ -94,7 +101,7 @@ func (p *pipeline) run(ctx context.Context, src batchSource) error {
 			src.Release(b)
 			if err != nil {
 				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-					return nil
+					return p.failure()
 				}
 				return err
 			}

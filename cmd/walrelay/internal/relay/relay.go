@@ -107,7 +107,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProduce()
 
-	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, walEnd: &walEnd, ready: &ready}
+	failed, fail := context.WithCancelCause(context.Background())
+	defer fail(nil)
+	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -167,15 +170,18 @@ func (e *deliveryError) Error() string { return e.err.Error() }
 func (e *deliveryError) Unwrap() error { return e.err }
 
 type runner struct {
-	cfg        Config
-	dcfg       decoder.Config
-	log        *slog.Logger
-	m          *metrics
-	sink       *sink.Sink
-	tr         *checkpoint.Tracker
-	produceCtx context.Context
-	walEnd     *atomic.Uint64
-	ready      *atomic.Bool
+	cfg           Config
+	dcfg          decoder.Config
+	log           *slog.Logger
+	m             *metrics
+	sink          *sink.Sink
+	tr            *checkpoint.Tracker
+	produceCtx    context.Context
+	cancelProduce context.CancelFunc
+	failed        context.Context // ends with the first produce failure
+	fail          context.CancelCauseFunc
+	walEnd        *atomic.Uint64
+	ready         *atomic.Bool
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -193,9 +199,18 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 			r.m.ready.Set(1)
 		}))
 	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
-		fatal: make(chan error, 1), walEnd: r.walEnd}
+		walEnd: r.walEnd, failed: r.failed, fail: r.fail}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return st.Run(gctx) })
+	g.Go(func() error {
+		err := st.Run(gctx)
+		if ctx.Err() != nil {
+			// Shutting down and the drain is over: a Produce still blocked
+			// on a full buffer (Kafka down) must give up now. Its records
+			// were never confirmed; the slot sends them again.
+			r.cancelProduce()
+		}
+		return err
+	})
 	g.Go(func() error {
 		defer stopped.Store(true)
 		if err := p.run(gctx, st); err != nil {

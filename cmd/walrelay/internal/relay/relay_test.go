@@ -105,7 +105,7 @@ type relayFixture struct {
 	logs    *strings.Builder
 }
 
-func startRelay(t *testing.T, name string, cluster *kfake.Cluster) *relayFixture {
+func startRelay(t *testing.T, name string, cluster *kfake.Cluster, opts ...func(*Config)) *relayFixture {
 	t.Helper()
 	dsn := testDSN(t)
 	pg := newPG(t, dsn)
@@ -128,6 +128,9 @@ func startRelay(t *testing.T, name string, cluster *kfake.Cluster) *relayFixture
 	cfg.HeartbeatInterval = 0 // serial WAL: only this test's transactions
 	cfg.StatusInterval = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
 
 	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &strings.Builder{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -285,6 +288,21 @@ func TestAckDisciplineKfake(t *testing.T) {
 // relay must stop with an error naming the event, and the slot must not pass
 // the refused transaction.
 func TestPermanentProduceErrorStops(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		maxInFlight int
+		events      int
+	}{
+		{"below the cap", 10000, 2},
+		// Every unit held by a failed record: the reader is blocked at the
+		// cap when the failures arrive and must still stop.
+		{"blocked at the cap", 3, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) { permanentProduceErrorStops(t, tc.maxInFlight, tc.events) })
+	}
+}
+
+func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
@@ -294,11 +312,11 @@ func TestPermanentProduceErrorStops(t *testing.T) {
 		cluster.KeepControl()
 		return produceErrorResponse(req.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
-	f := startRelay(t, "relay_poison", cluster)
+	f := startRelay(t, "relay_poison", cluster, func(c *Config) { c.MaxInFlight = maxInFlight })
 	pg := f.pg
 	start := pg.insertLSN()
 	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
-	f.insertTxn(t, "agg-x", 2)
+	f.insertTxn(t, "agg-x", events)
 	var runErr error
 	select {
 	case runErr = <-f.done:
