@@ -410,11 +410,10 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 	payLen := -1
 	switch v := fields[rolePayload]; {
 	case v == nil || v[0] == 'n':
-	case v[0] == '"':
-		n := len(tmp)
-		tmp = appendJSONString(tmp, v, escaped[rolePayload])
-		payLen = len(tmp) - n
 	default:
+		// Any JSON value, strings included, is the payload as its JSON
+		// text: what payload::text gives for a jsonb column, so the table
+		// and tableless outboxes produce the same bytes.
 		tmp = append(tmp, v...)
 		payLen = len(tmp) - max(keyLen, 0)
 	}

@@ -119,7 +119,7 @@ func captureWants() []want {
 		ev(with(tableEvent("", "31", "user", "user-7", "UserSignedUp", `{"email": "a@example.com"}`), func(e *Event) {
 			e.Headers = hdrs("traceparent", "t-31")
 		})),
-		ev(tableEvent("", "32", "user", "user-7", "UserNote", `plain "text"`)),
+		ev(tableEvent("", "32", "user", "user-7", "UserNote", `"plain \"text\""`)),
 		ev(Event{Payload: []byte("not json"), Poison: ErrBadMessage}),
 		ignored(ReasonForeignMessage, ""),
 		ev(with(tableEvent("public.outbox", "33", "user", "user-7", "UserUpdated", `{"v": 2}`), func(e *Event) {

@@ -86,6 +86,10 @@ func (e *DecodeError) Error() string {
 			t = fmt.Sprintf("0x%02x", e.Type)
 		}
 	}
+	if e.LSN == 0 {
+		// Relation and Type messages carry no WAL position.
+		return fmt.Sprintf("decode pgoutput %s offset %d: %v", t, e.Offset, e.Err)
+	}
 	return fmt.Sprintf("decode pgoutput %s at %s offset %d: %v", t, e.LSN, e.Offset, e.Err)
 }
 

@@ -112,7 +112,10 @@ type Event struct {
 	// EventType names the event.
 	EventType string
 	// Payload holds the payload as stored: jsonb/json/text as their text,
-	// bytea as raw bytes. nil means SQL NULL (a tombstone).
+	// bytea as raw bytes. For a message event it is the JSON text of the
+	// "payload" value, whatever its JSON type (a string keeps its quotes, as
+	// jsonb's payload::text does). nil means SQL NULL or JSON null (a
+	// tombstone).
 	Payload []byte
 	// Headers are the top-level string entries of the headers column (or
 	// of a message's "headers" field), in the order they appear in its text,

@@ -104,7 +104,8 @@ func ParseTemplate(src string) (Template, error) {
 func (t Template) String() string { return t.src }
 
 // Render returns the topic for ev, or an error wrapping ErrInvalidTopic when
-// the result is not a valid Kafka topic name.
+// the result is not a valid Kafka topic name; the invalid name is returned
+// with the error, for messages and dead-letter headers.
 func (t Template) Render(ev *decoder.Event) (string, error) {
 	if t.fixed {
 		return t.segs[0].lit, nil
@@ -123,10 +124,7 @@ func (t Template) Render(ev *decoder.Event) (string, error) {
 		}
 	}
 	topic := b.String()
-	if err := ValidateTopic(topic); err != nil {
-		return "", err
-	}
-	return topic, nil
+	return topic, ValidateTopic(topic)
 }
 
 // ValidateTopic applies Kafka's rules for topic names: 1 to 249 characters

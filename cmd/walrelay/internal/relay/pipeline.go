@@ -21,6 +21,7 @@ import (
 type producer interface {
 	Produce(ctx context.Context, ev *decoder.Event, done func(error)) error
 	ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error
+	Topic(ev *decoder.Event) (string, error)
 }
 
 // Poison policies (--on-poison).
@@ -133,7 +134,7 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 	}
 	out := &p.out
 	if err := p.dec.Decode(msg.WALStart, msg.Data, out); err != nil {
-		return fmt.Errorf("decode pgoutput at %s: %w", msg.WALStart, err)
+		return fmt.Errorf("replication stream (after confirmed position %s): %w", p.tr.Watermark(), err)
 	}
 	switch out.Kind {
 	case decoder.KindBegin:
@@ -170,7 +171,8 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		p.m.events.Inc()
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
-		return p.deadLetter(ev, "", reason, cause, done)
+		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header
+		return p.deadLetter(ev, intended, reason, cause, done)
 	}
 	err = p.sink.Produce(p.produceCtx, ev, done)
 	if err == nil {
