@@ -157,7 +157,7 @@ if [ "$PAD_KIND" = x ] || [ "$PAD" -eq 0 ]; then
 	PAD_EXPR="repeat('x', $PAD)"
 else
 	# Rows 7919 bytes apart in the blob: no two rows within lz4's 64 KiB window share text.
-	PAD_EXPR="left(encode(substring(blob FROM ((i * 7919) % ($((32768 * 16)) - $HALF)) + 1 FOR $HALF), 'hex'), $PAD)"
+	PAD_EXPR="left(encode(substring(blob FROM ((i::bigint * 7919) % ($((32768 * 16)) - $HALF))::int + 1 FOR $HALF), 'hex'), $PAD)"
 fi
 # load_sql FIRST LAST: one DO block committing transactions FIRST..LAST (0-based) of TXN_ROWS rows.
 load_sql() {
