@@ -107,8 +107,10 @@ type relayFixture struct {
 
 func startRelay(t *testing.T, name string, cluster *kfake.Cluster, opts ...func(*Config)) *relayFixture {
 	t.Helper()
-	dsn := testDSN(t)
-	pg := newPG(t, dsn)
+	// A database of its own: logical messages (other walrelays' heartbeats)
+	// and transactions of concurrent tests reach every slot of a database,
+	// and the assertions below need a WAL with only this test's writes.
+	dsn, pg := testDatabase(t)
 	pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
 	if err := migrate(context.Background(), dsn, "public."+name+"_outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
