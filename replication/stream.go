@@ -161,7 +161,9 @@ func (s *Stream) stream(ctx context.Context) error {
 			cur = nil
 		}
 	}
+	var window receiveWindow
 	defer func() {
+		window.close()
 		if cur != nil {
 			s.Release(cur)
 		}
@@ -184,9 +186,7 @@ func (s *Stream) stream(ctx context.Context) error {
 			}
 			cur = b
 		}
-		rctx, cancel := context.WithTimeout(context.Background(), receiveWait)
-		raw, err := s.conn.conn.ReceiveMessage(rctx)
-		cancel()
+		raw, err := s.conn.conn.ReceiveMessage(window.get())
 		if err != nil {
 			if pgconn.Timeout(err) {
 				flush()
@@ -242,6 +242,27 @@ func (s *Stream) stream(ctx context.Context) error {
 		default:
 			return fmt.Errorf("replication stream: unexpected message %T", raw)
 		}
+	}
+}
+
+// receiveWindow hands out one receive deadline for every message of a
+// receiveWait window: a context per message would cost a timer per message.
+type receiveWindow struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (w *receiveWindow) get() context.Context {
+	if w.ctx == nil || w.ctx.Err() != nil {
+		w.close()
+		w.ctx, w.cancel = context.WithTimeout(context.Background(), receiveWait)
+	}
+	return w.ctx
+}
+
+func (w *receiveWindow) close() {
+	if w.cancel != nil {
+		w.cancel()
 	}
 }
 
