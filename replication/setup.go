@@ -27,6 +27,9 @@ type Config struct {
 	// CreateSlot creates the slot when missing. Default true (set
 	// NoCreateSlot to refuse instead).
 	NoCreateSlot bool
+	// SlotMustExist marks a reconnect: the slot was in use before, so its
+	// absence means it was dropped and events may have been skipped.
+	SlotMustExist bool
 	// NoCreatePublication refuses to start when the publication is missing
 	// instead of creating it.
 	NoCreatePublication bool
@@ -42,6 +45,12 @@ type Config struct {
 	// ShutdownTimeout bounds the drain after the stream is asked to stop.
 	// Default 30s.
 	ShutdownTimeout time.Duration
+	// ServerTimeout is how long the stream may receive nothing at all from
+	// Postgres while it is reading before it takes the connection for dead
+	// (half-open) and reconnects. Status updates ask for a reply at least
+	// every KeepaliveInterval, so a live server always answers sooner.
+	// Default 30s.
+	ServerTimeout time.Duration
 	// Batches and BatchBytes size the read-ahead pool: at most Batches
 	// batches of about BatchBytes each are read and not yet released.
 	// Defaults 8 and 256 KiB.
@@ -64,6 +73,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = max(30*time.Second, 3*c.KeepaliveInterval)
 	}
 	if c.Batches == 0 {
 		c.Batches = 8
@@ -169,7 +181,7 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &pe) {
 		return false
 	}
-	if errors.Is(err, ErrSlotInUse) {
+	if errors.Is(err, ErrSlotInUse) || errors.Is(err, ErrServerSilent) {
 		return true
 	}
 	var pgErr *pgconn.PgError
@@ -380,9 +392,13 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 		return fmt.Errorf("look up slot: %w", err)
 	}
 	if len(rows) == 0 {
+		if c.cfg.SlotMustExist {
+			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q disappeared while walrelay was using it: events committed after its last confirmed position may have been skipped", c.cfg.Slot),
+				Fix: "find out who dropped it; reconcile the outbox rows written since then (or replay them), then restart walrelay, which creates a new slot at the current position"}
+		}
 		if c.cfg.NoCreateSlot {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
-				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or allow walrelay to create it", slot)}
+				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or start walrelay with --create-slot (only events written after its creation are relayed)", slot)}
 		}
 		res, err := pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
 			pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})

@@ -13,6 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
+// ErrServerSilent reports a replication connection that stopped delivering
+// anything (half-open, or a frozen server); the caller reconnects.
+var ErrServerSilent = errors.New("replication connection silent")
+
 // receiveWait bounds one receive, so a stop request is noticed promptly.
 const receiveWait = 250 * time.Millisecond
 
@@ -162,6 +166,7 @@ func (s *Stream) stream(ctx context.Context) error {
 		}
 	}
 	var window receiveWindow
+	lastHeard := time.Now()
 	defer func() {
 		window.close()
 		if cur != nil {
@@ -185,15 +190,21 @@ func (s *Stream) stream(ctx context.Context) error {
 				return nil
 			}
 			cur = b
+			// Time spent waiting for a batch (backpressure) is not silence.
+			lastHeard = time.Now()
 		}
 		raw, err := s.conn.conn.ReceiveMessage(window.get())
 		if err != nil {
 			if pgconn.Timeout(err) {
 				flush()
+				if silent := time.Since(lastHeard); silent > s.conn.cfg.ServerTimeout {
+					return fmt.Errorf("receive from postgres: %w: nothing received for %v although replies were requested", ErrServerSilent, silent.Round(time.Second))
+				}
 				continue
 			}
 			return fmt.Errorf("receive from postgres: %w", err)
 		}
+		lastHeard = time.Now()
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
 			if len(msg.Data) == 0 {

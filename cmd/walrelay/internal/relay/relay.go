@@ -95,6 +95,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if conn.Created {
 		log.Info("created replication slot", "slot", cfg.Slot, "lsn", conn.Start.String())
 	}
+	// From now on the slot holds the position of events not yet confirmed.
+	// If it vanishes (dropped by someone), recreating it would silently skip
+	// the events written meanwhile: reconnects never create it.
+	rcfg.NoCreateSlot = true
+	rcfg.SlotMustExist = true
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
