@@ -12,18 +12,19 @@
 #     slot's confirmed_flush_lsn reaches that LSN, which walrelay only confirms once Kafka acked
 #     every record (polled every 100 ms; walrelay runs with --status-interval 100ms), then
 #     walrelay gets SIGTERM and must exit 0.
-# Prints per run: seconds, events/s and WAL MB/s of both, the run's ratio, walrelay's peak RSS
+# Prints per run: seconds, events/s and WAL MB/s of both, walrelay's start-up share of its
+# seconds (until its replication connection holds the slot), the run's ratio, walrelay's peak RSS
 # (VmHWM just before SIGTERM), the Kafka record count of the run's topic (must be BENCH_N) and
 # the 1-minute load average before the run (the machine is shared; a high one explains an
 # outlier). Then the medians of each column and the median of the per-run ratios. Single runs
 # on a shared 2-core machine swing by 3x: compare medians, and ratios within one run.
 #
 # Machine-readable lines (also in the saved report):
-#   RUN i=<i> first=recv|walrelay recv_s=.. recv_eps=.. walrelay_s=.. walrelay_eps=.. ratio=..
-#       rss_mb=.. kafka_records=.. exit=.. load1=..
-#   RESULT n=.. payload=.. pad=.. txn_rows=.. runs=.. wal_mb=.. recv_s_median=..
-#       recv_eps_median=.. walrelay_s_median=.. walrelay_eps_median=.. ratio_median=..
-#       rss_mb_median=.. rss_mb_max=.. ok=0|1
+#   RUN i=<i> first=recv|walrelay recv_s=.. recv_eps=.. walrelay_s=.. walrelay_eps=..
+#       walrelay_start_s=.. ratio=.. rss_mb=.. kafka_records=.. exit=.. load1=..
+#   RESULT n=.. payload=.. pad=.. txn_rows=.. runs=.. wal_mb=.. load_s=.. recv_s_median=..
+#       recv_eps_median=.. walrelay_s_median=.. walrelay_eps_median=.. walrelay_start_s_median=..
+#       ratio_median=.. rss_mb_median=.. rss_mb_max=.. ok=0|1
 #
 # Payload: the jsonb is {"pad": "...", "seq": i}. BENCH_PAD=hex (default) fills the pad with hex
 # text cut from 512 KiB of md5 output at a different offset per row, so neither Postgres' TOAST
@@ -35,6 +36,9 @@
 # bench's own throwaway cluster) so that loading 1M x 2 KB (~2.5 GB of WAL, all of it kept by
 # the slots) does not checkpoint every few hundred MB. Disk: about WAL + BENCH_RUNS x Kafka
 # (N x payload each) under WALRELAY_BENCH_DIR; the script refuses to start without that space.
+#
+# Before run 1, kcat produces BENCH_KAFKA_WARMUP (200000; 0 skips it) records of BENCH_PAYLOAD
+# bytes to topic bench.warmup, so the freshly started broker's JVM is warm for every run.
 #
 # Knobs: BENCH_N (200000), BENCH_PAYLOAD (200), BENCH_PAD (hex|x), BENCH_TXN_ROWS (100),
 # BENCH_RUNS (3, at most 9: two slots each plus a probe within max_replication_slots=20),
@@ -56,6 +60,8 @@ TXN_ROWS="${BENCH_TXN_ROWS:-100}"
 TIMEOUT="${BENCH_TIMEOUT:-900}"
 RUNS="${BENCH_RUNS:-3}"
 PAD_KIND="${BENCH_PAD:-hex}"
+KAFKA_WARMUP="${BENCH_KAFKA_WARMUP:-200000}"
+[[ "$KAFKA_WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_KAFKA_WARMUP must be a whole number, got '$KAFKA_WARMUP'"
 for v in N PAYLOAD TXN_ROWS TIMEOUT RUNS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number, got '${!v}'"
 done
@@ -202,8 +208,20 @@ CKPT_S="$(secs "$t0" "$(now_ns)")"
 [ "$ROWS" = "$N" ] || die "loaded $ROWS rows, expected $N"
 log "loaded in $LOAD_S s (checkpoint after it: $CKPT_S s); WAL $START_LSN .. $TARGET ($((WAL_BYTES / 1000000)) MB); table $TABLE_MB MB; avg payload $AVG_PAYLOAD B"
 
+# --- Kafka warm-up ------------------------------------------------------------------------
+# The broker's JVM was just started: without this, run 1's walrelay (the first to produce)
+# was up to 2x slower than the others. kcat produces like walrelay does (lz4, idempotent,
+# acks=all) to a topic of its own.
+if [ "$KAFKA_WARMUP" -gt 0 ]; then
+	t0=$(now_ns)
+	awk -v n="$KAFKA_WARMUP" -v p="$PAYLOAD" 'BEGIN {s = sprintf("%*s", p, ""); gsub(/ /, "x", s); for (i = 0; i < n; i++) print s}' |
+		kcat -P -b "$BROKERS" -t bench.warmup -z lz4 -X enable.idempotence=true -X acks=all -X linger.ms=5 8>&- ||
+		die "Kafka warm-up (kcat -P) failed"
+	log "Kafka warm-up: $KAFKA_WARMUP records of $PAYLOAD B in $(secs "$t0" "$(now_ns)") s"
+fi
+
 # --- drains -------------------------------------------------------------------------------
-declare -A RECV_S WR_S WR_RSS_KB WR_RC KREC FIRST LOAD1
+declare -A RECV_S WR_S WR_START WR_RSS_KB WR_RC KREC FIRST LOAD1
 
 run_recv() { # i
 	local i="$1" t0 t1
@@ -228,7 +246,7 @@ kafka_records() { # topic
 }
 
 run_walrelay() { # i
-	local i="$1" extra=() t0 t1 deadline hwm rc log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
+	local i="$1" extra=() t0 t1 deadline hwm rc state log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
 	read -r -a extra <<<"${BENCH_WALRELAY_ARGS:-}"
 	log "run $i: walrelay draining bench_walrelay_$i to Kafka topic $(topic_of "$i") (log: $log_file)"
 	t0=$(now_ns)
@@ -239,10 +257,15 @@ run_walrelay() { # i
 	echo "$wpid" >"$WPID_FILE"
 	deadline=$((SECONDS + TIMEOUT))
 	while :; do
-		if [ "$(q "SELECT confirmed_flush_lsn >= '$TARGET'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'")" = t ]; then
+		state="$(q "SELECT active::text || ' ' || (confirmed_flush_lsn >= '$TARGET'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'")"
+		if [ "${state#* }" = true ]; then
 			t1=$(now_ns)
+			[ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$t1")"
 			break
 		fi
+		# Start-up: until walrelay's replication connection has the slot (Kafka and Postgres
+		# connected, prerequisites checked); the topic is created later, at the first event.
+		[ "${state% *}" != true ] || [ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$(now_ns)")"
 		hwm="$(awk '/^VmHWM:/ {print $2}' "/proc/$wpid/status" 2>/dev/null || true)"
 		[ -n "$hwm" ] && WR_RSS_KB[$i]="$hwm"
 		if ! pid_alive "$wpid"; then
@@ -301,11 +324,12 @@ median() {
 maxof() { printf '%s\n' "$@" | awk '$1 ~ /^[0-9.]+$/' | sort -g | tail -n 1 | awk '{print} END {if (NR == 0) print "-"}'; }
 fmt() { awk -v v="$1" -v f="$2" 'BEGIN {if (v == "-" || v == "") print "-"; else printf f, v}'; }
 
-recv_eps=() wr_eps=() ratios=() rss_mb=() recv_ss=() wr_ss=() recv_mbs=() wr_mbs=()
+recv_eps=() wr_eps=() ratios=() rss_mb=() recv_ss=() wr_ss=() recv_mbs=() wr_mbs=() wr_starts=()
 ok=1
 for ((i = 1; i <= RUNS; i++)); do
 	recv_ss+=("${RECV_S[$i]:-}")
 	wr_ss+=("${WR_S[$i]:-}")
+	wr_starts+=("${WR_START[$i]:--}")
 	recv_eps+=("$(rate "$N" "${RECV_S[$i]:-0}")")
 	wr_eps+=("$(rate "$N" "${WR_S[$i]:-0}")")
 	recv_mbs+=("$(mbps "$WAL_BYTES" "${RECV_S[$i]:-0}")")
@@ -322,18 +346,18 @@ rss_max="$(maxof "${rss_mb[@]}")"
 	echo "walrelay bench: N=$N events x $RUNS runs, payload ~$PAYLOAD B ($PAD_KIND pad; avg $AVG_PAYLOAD B jsonb text), $TXN_ROWS rows/txn, WAL $(mbps "$WAL_BYTES" 1) MB, table $TABLE_MB MB, load $LOAD_S s"
 	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions, same machine); walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' 2>/dev/null || echo '+local changes')"
 	[ -z "${BENCH_WALRELAY_ARGS:-}" ] || echo "extra walrelay flags: $BENCH_WALRELAY_ARGS"
-	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s %9s %5s\n' \
-		run first "recv s" "recv ev/s" "MB/s" "wr s" "wr ev/s" "MB/s" ratio "RSS MB" kafka load1
+	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s %7s | %6s %7s %9s %5s\n' \
+		run first "recv s" "recv ev/s" "MB/s" "wr s" "wr ev/s" "MB/s" "start s" ratio "RSS MB" kafka load1
 	for ((i = 1; i <= RUNS; i++)); do
-		printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s %9s %5s\n' \
+		printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s %7s | %6s %7s %9s %5s\n' \
 			"$i" "${FIRST[$i]}" "${RECV_S[$i]:--}" "${recv_eps[i - 1]}" "${recv_mbs[i - 1]}" \
-			"${WR_S[$i]:--}" "${wr_eps[i - 1]}" "${wr_mbs[i - 1]}" "${ratios[i - 1]}" "${rss_mb[i - 1]}" \
+			"${WR_S[$i]:--}" "${wr_eps[i - 1]}" "${wr_mbs[i - 1]}" "${wr_starts[i - 1]}" "${ratios[i - 1]}" "${rss_mb[i - 1]}" \
 			"${KREC[$i]:-none}" "${LOAD1[$i]}"
 	done
-	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s | %6s %7s\n' median "" \
+	printf '%-6s %-8s | %8s %9s %7s | %8s %9s %7s %7s | %6s %7s\n' median "" \
 		"$(fmt "$(median "${recv_ss[@]}")" %.3f)" "$(fmt "$(median "${recv_eps[@]}")" %.0f)" "$(fmt "$(median "${recv_mbs[@]}")" %.1f)" \
 		"$(fmt "$(median "${wr_ss[@]}")" %.3f)" "$(fmt "$(median "${wr_eps[@]}")" %.0f)" "$(fmt "$(median "${wr_mbs[@]}")" %.1f)" \
-		"$med_ratio" "$(fmt "$(median "${rss_mb[@]}")" %.1f)"
+		"$(fmt "$(median "${wr_starts[@]}")" %.2f)" "$med_ratio" "$(fmt "$(median "${rss_mb[@]}")" %.1f)"
 	echo "(ratio = walrelay events/s / pg_recvlogical events/s within the run; the median ratio is the median of the per-run ratios)"
 	echo "ratio walrelay/pg_recvlogical (events/s): $med_ratio (median of $RUNS runs: ${ratios[*]})"
 	echo "walrelay peak RSS (VmHWM): $(fmt "$rss_max" '%.1f MB') (max of $RUNS runs: ${rss_mb[*]})"
@@ -344,13 +368,16 @@ rss_max="$(maxof "${rss_mb[@]}")"
 		echo "run $i: walrelay exit status after SIGTERM: $rc; Kafka $(topic_of "$i"): ${KREC[$i]:-no topic} records: $verdict"
 	done
 	[ -z "$walrelay_problem" ] || echo "walrelay: $walrelay_problem"
-	echo "(walrelay's time includes its start-up and up to ~0.2 s of status interval + polling; pg_recvlogical's includes its connection.)"
+	echo "(walrelay's time includes its start-up (\"start s\": until its replication connection holds the slot, polled every ~0.1 s;"
+	echo " the topic is created after that, at the first event) and up to ~0.2 s of status interval + polling;"
+	echo " pg_recvlogical's includes its connection. Short runs understate walrelay: prefer BENCH_N >= 1000000 for ratios.)"
 	for ((i = 1; i <= RUNS; i++)); do
-		echo "RUN i=$i first=${FIRST[$i]} recv_s=${RECV_S[$i]:--} recv_eps=${recv_eps[i - 1]} walrelay_s=${WR_S[$i]:--} walrelay_eps=${wr_eps[i - 1]} ratio=${ratios[i - 1]} rss_mb=${rss_mb[i - 1]} kafka_records=${KREC[$i]:-0} exit=${WR_RC[$i]:-n/a} load1=${LOAD1[$i]}"
+		echo "RUN i=$i first=${FIRST[$i]} recv_s=${RECV_S[$i]:--} recv_eps=${recv_eps[i - 1]} walrelay_s=${WR_S[$i]:--} walrelay_eps=${wr_eps[i - 1]} walrelay_start_s=${wr_starts[i - 1]} ratio=${ratios[i - 1]} rss_mb=${rss_mb[i - 1]} kafka_records=${KREC[$i]:-0} exit=${WR_RC[$i]:-n/a} load1=${LOAD1[$i]}"
 	done
 	echo "RESULT n=$N payload=$PAYLOAD pad=$PAD_KIND txn_rows=$TXN_ROWS runs=$RUNS wal_mb=$(mbps "$WAL_BYTES" 1) load_s=$LOAD_S" \
 		"recv_s_median=$(fmt "$(median "${recv_ss[@]}")" %.3f) recv_eps_median=$(fmt "$(median "${recv_eps[@]}")" %.0f)" \
 		"walrelay_s_median=$(fmt "$(median "${wr_ss[@]}")" %.3f) walrelay_eps_median=$(fmt "$(median "${wr_eps[@]}")" %.0f)" \
+		"walrelay_start_s_median=$(fmt "$(median "${wr_starts[@]}")" %.2f)" \
 		"ratio_median=$med_ratio rss_mb_median=$(fmt "$(median "${rss_mb[@]}")" %.1f) rss_mb_max=$rss_max ok=$ok"
 } | tee "$RESULT"
 
