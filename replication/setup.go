@@ -97,7 +97,7 @@ func (c Config) Validate() error {
 		if n.v == "" {
 			continue
 		}
-		if err := validIdent(n.v); err != nil {
+		if err := ValidateIdentifier(n.v); err != nil {
 			return fmt.Errorf("%s: %w", n.key, err)
 		}
 	}
@@ -119,7 +119,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func validIdent(s string) error {
+// ValidateIdentifier reports a name Postgres cannot take as an identifier
+// (longer than 63 bytes, or with a NUL byte).
+func ValidateIdentifier(s string) error {
 	if len(s) > 63 {
 		return fmt.Errorf("%q is longer than 63 bytes", s)
 	}
@@ -142,10 +144,10 @@ func ParseTable(s string) (TableName, error) {
 	if schema == "" || name == "" || strings.Contains(name, ".") {
 		return TableName{}, fmt.Errorf("%q is not schema.table", s)
 	}
-	if err := validIdent(schema); err != nil {
+	if err := ValidateIdentifier(schema); err != nil {
 		return TableName{}, err
 	}
-	if err := validIdent(name); err != nil {
+	if err := ValidateIdentifier(name); err != nil {
 		return TableName{}, err
 	}
 	return TableName{schema, name}, nil
@@ -217,6 +219,19 @@ type Conn struct {
 // the publication and slot when missing (as configured) and reads the slot's
 // confirmed position. Prerequisite failures are *PrereqError.
 func Open(ctx context.Context, cfg Config) (*Conn, error) {
+	c, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.setup(ctx); err != nil {
+		_ = c.conn.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect validates cfg and opens a replication=database connection.
+func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -242,10 +257,6 @@ func Open(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	c.conn = conn
-	if err := c.setup(ctx); err != nil {
-		_ = conn.Close(context.Background())
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -444,29 +455,12 @@ type Finding struct {
 // returns one finding per check. A missing publication or slot is fine when
 // walrelay would create it. The error is only for failing to connect.
 func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	c := &Conn{cfg: cfg}
-	for _, t := range cfg.Tables {
-		tn, _ := ParseTable(t)
-		c.tables = append(c.tables, tn)
-	}
-	pc, err := pgconn.ParseConfig(cfg.DSN)
+	c, err := connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if pc.RuntimeParams == nil {
-		pc.RuntimeParams = map[string]string{}
-	}
-	pc.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to postgres with replication=database: %w", err)
-	}
-	defer conn.Close(context.Background())
-	c.conn = conn
+	defer c.conn.Close(context.Background())
+	cfg = c.cfg
 
 	var out []Finding
 	add := func(check string, err error, okNote string) {

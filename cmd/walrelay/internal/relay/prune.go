@@ -85,18 +85,8 @@ func (c PruneConfig) Validate() error {
 	if _, err := replication.ParseTable(c.Table); err != nil {
 		return &ConfigError{Key: "table", Err: err}
 	}
-	if err := validIdent(c.CreatedAtColumn); err != nil {
+	if err := replication.ValidateIdentifier(c.CreatedAtColumn); err != nil {
 		return &ConfigError{Key: "created-at-column", Err: err}
-	}
-	return nil
-}
-
-func validIdent(s string) error {
-	if len(s) > 63 {
-		return fmt.Errorf("%q is longer than 63 bytes", s)
-	}
-	if strings.ContainsRune(s, 0) {
-		return fmt.Errorf("%q contains a NUL byte", s)
 	}
 	return nil
 }
