@@ -37,11 +37,14 @@
 # the slots) does not checkpoint every few hundred MB. Disk: about WAL + BENCH_RUNS x Kafka
 # (N x payload each) under WALRELAY_BENCH_DIR; the script refuses to start without that space.
 #
-# Before run 1, kcat produces BENCH_KAFKA_WARMUP (200000; 0 skips it) records of BENCH_PAYLOAD
-# bytes to topic bench.warmup, so the freshly started broker's JVM is warm for every run.
+# Before run 1, walrelay drains a slot of its own (bench_warmup, made with the others) to topic
+# bench.warmup for up to BENCH_WARMUP seconds (10; 0 skips it), untimed, so the freshly started
+# broker is warm for every run; and the load's dirty pages are synced, so their writeback does
+# not land in run 1.
 #
 # Knobs: BENCH_N (200000), BENCH_PAYLOAD (200), BENCH_PAD (hex|x), BENCH_TXN_ROWS (100),
-# BENCH_RUNS (3, at most 9: two slots each plus a probe within max_replication_slots=20),
+# BENCH_RUNS (3, at most 9: two slots each plus warm-up and probe within
+# max_replication_slots=20), BENCH_WARMUP (10),
 # BENCH_TIMEOUT (seconds for one walrelay drain, 900), BENCH_WALRELAY_ARGS (extra `walrelay
 # run` flags; --slot and --topic are set per run after them), BENCH_RESULTS_DIR (where the
 # report is saved as bench-<date>-n<N>-p<PAYLOAD>.txt, test/bench/results; empty: not saved),
@@ -60,12 +63,12 @@ TXN_ROWS="${BENCH_TXN_ROWS:-100}"
 TIMEOUT="${BENCH_TIMEOUT:-900}"
 RUNS="${BENCH_RUNS:-3}"
 PAD_KIND="${BENCH_PAD:-hex}"
-KAFKA_WARMUP="${BENCH_KAFKA_WARMUP:-200000}"
-[[ "$KAFKA_WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_KAFKA_WARMUP must be a whole number, got '$KAFKA_WARMUP'"
+WARMUP_S="${BENCH_WARMUP:-10}"
+[[ "$WARMUP_S" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be a whole number of seconds, got '$WARMUP_S'"
 for v in N PAYLOAD TXN_ROWS TIMEOUT RUNS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number, got '${!v}'"
 done
-[ "$RUNS" -le 9 ] || die "BENCH_RUNS must be at most 9 (2 slots per run + 1 probe, max_replication_slots=20), got $RUNS"
+[ "$RUNS" -le 9 ] || die "BENCH_RUNS must be at most 9 (2 slots per run + warm-up + probe, max_replication_slots=20), got $RUNS"
 case "$PAD_KIND" in hex | x) ;; *) die "BENCH_PAD must be hex or x, got '$PAD_KIND'" ;; esac
 [ "$PAYLOAD" -le 400000 ] || die "BENCH_PAYLOAD must be at most 400000 (the hex pad is cut from 512 KiB), got $PAYLOAD"
 topic_of() { printf 'bench.run%s\n' "$1"; }
@@ -88,8 +91,8 @@ safe_wipe "$WALRELAY_TEST_DIR"
 ensure_state_dir "$WALRELAY_TEST_DIR"
 
 # Rough disk need: WAL (payload + ~250 B of tuple, index and record overhead per row) plus
-# one Kafka copy per run, plus 2 GB of slack.
-need_mb=$(((N * (PAYLOAD + 250) * (RUNS + 1)) / 1000000 + 2000))
+# one Kafka copy per run and one for the warm-up, plus 2 GB of slack.
+need_mb=$(((N * (PAYLOAD + 250) * (RUNS + 2)) / 1000000 + 2000))
 avail_mb="$(df -Pm "$WALRELAY_TEST_DIR" | awk 'NR == 2 {print $4}')"
 [ "$avail_mb" -ge "$need_mb" ] || die "about $need_mb MB of disk needed under $WALRELAY_TEST_DIR, $avail_mb MB free"
 
@@ -148,11 +151,12 @@ fi
 psql_ -c "CREATE UNLOGGED TABLE public.bench_pad AS
   SELECT string_agg(decode(md5(g::text), 'hex'), ''::bytea ORDER BY g) AS b FROM generate_series(1, 32768) AS g"
 psql_ -c "CREATE PUBLICATION walrelay FOR TABLE public.outbox WITH (publish = 'insert')"
+q "SELECT pg_create_logical_replication_slot('bench_warmup', 'pgoutput')" >/dev/null
 for ((i = 1; i <= RUNS; i++)); do
 	q "SELECT pg_create_logical_replication_slot('bench_recv_$i', 'pgoutput')" >/dev/null
 	q "SELECT pg_create_logical_replication_slot('bench_walrelay_$i', 'pgoutput')" >/dev/null
 done
-START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name LIKE 'bench\_%'")"
+START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name ~ '^bench_(recv|walrelay)_'")"
 
 # --- load ---------------------------------------------------------------------------------
 TXNS=$(((N + TXN_ROWS - 1) / TXN_ROWS))
@@ -202,23 +206,47 @@ ROWS="$(q "SELECT count(*) FROM public.outbox")"
 AVG_PAYLOAD="$(q "SELECT round(avg(octet_length(payload::text))) FROM (SELECT payload FROM public.outbox LIMIT 10000) AS s")"
 WAL_BYTES="$(q "SELECT pg_wal_lsn_diff('$TARGET', '$START_LSN')::bigint")"
 TABLE_MB="$(q "SELECT pg_total_relation_size('public.outbox') / 1000000")"
+# Autovacuum would otherwise vacuum the fresh table (insert threshold) during the first runs,
+# reading and writing GBs next to them: vacuum it now, untimed, and keep autovacuum off it.
+t0=$(now_ns)
+psql_ -c "ALTER TABLE public.outbox SET (autovacuum_enabled = false)" -c "VACUUM (ANALYZE) public.outbox"
+VACUUM_S="$(secs "$t0" "$(now_ns)")"
 t0=$(now_ns)
 q "CHECKPOINT" >/dev/null
 CKPT_S="$(secs "$t0" "$(now_ns)")"
 [ "$ROWS" = "$N" ] || die "loaded $ROWS rows, expected $N"
-log "loaded in $LOAD_S s (checkpoint after it: $CKPT_S s); WAL $START_LSN .. $TARGET ($((WAL_BYTES / 1000000)) MB); table $TABLE_MB MB; avg payload $AVG_PAYLOAD B"
+log "loaded in $LOAD_S s (then vacuum $VACUUM_S s, checkpoint $CKPT_S s); WAL $START_LSN .. $TARGET ($((WAL_BYTES / 1000000)) MB); table $TABLE_MB MB; avg payload $AVG_PAYLOAD B"
 
-# --- Kafka warm-up ------------------------------------------------------------------------
-# The broker's JVM was just started: without this, run 1's walrelay (the first to produce)
-# was up to 2x slower than the others. kcat produces like walrelay does (lz4, idempotent,
-# acks=all) to a topic of its own.
-if [ "$KAFKA_WARMUP" -gt 0 ]; then
-	t0=$(now_ns)
-	awk -v n="$KAFKA_WARMUP" -v p="$PAYLOAD" 'BEGIN {s = sprintf("%*s", p, ""); gsub(/ /, "x", s); for (i = 0; i < n; i++) print s}' |
-		kcat -P -b "$BROKERS" -t bench.warmup -z lz4 -X enable.idempotence=true -X acks=all -X linger.ms=5 8>&- ||
-		die "Kafka warm-up (kcat -P) failed"
-	log "Kafka warm-up: $KAFKA_WARMUP records of $PAYLOAD B in $(secs "$t0" "$(now_ns)") s"
+# --- warm-up ------------------------------------------------------------------------------
+# The broker's JVM was just started: the first walrelay drain was 25-30% slower than the
+# later ones over its whole length (seen with 200k and 1M x 2 KB, also after a kcat warm-up).
+# So walrelay drains slot bench_warmup to topic bench.warmup for up to BENCH_WARMUP seconds
+# first (not timed).
+if [ "$WARMUP_S" -gt 0 ] && [ -z "$walrelay_problem" ]; then
+	log "warm-up: walrelay draining bench_warmup to Kafka topic bench.warmup for up to ${WARMUP_S}s"
+	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --publication walrelay --heartbeat-interval 0 \
+		--metrics-addr "" --slot bench_warmup --topic bench.warmup >"$WALRELAY_TEST_DIR/walrelay-warmup.log" 2>&1 8>&- </dev/null &
+	wpid=$!
+	echo "$wpid" >"$WPID_FILE"
+	deadline=$((SECONDS + WARMUP_S))
+	while [ "$SECONDS" -lt "$deadline" ] && pid_alive "$wpid" &&
+		[ "$(q "SELECT confirmed_flush_lsn >= '$TARGET'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'bench_warmup'")" != t ]; do
+		sleep 0.2
+	done
+	kill -TERM "$wpid" 2>/dev/null || true
+	wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
+	wait "$wpid" 2>/dev/null || log "warm-up: walrelay exited with $? (log: $WALRELAY_TEST_DIR/walrelay-warmup.log)"
+	wpid=""
+	rm -f "$WPID_FILE"
+	log "warm-up: done, slot at $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench_warmup'") of $TARGET"
 fi
+q "SELECT pg_drop_replication_slot('bench_warmup')" >/dev/null
+# The load left GBs of dirty pages (WAL, table; fsync=off); their writeback would compete with
+# run 1. Flush them now.
+t0=$(now_ns)
+dirty0="$(awk '/^Dirty:/ {printf "%.0f", $2 / 1024}' /proc/meminfo)"
+sync -f "$WALRELAY_TEST_DIR" 2>/dev/null || sync
+log "sync: $dirty0 MB dirty flushed in $(secs "$t0" "$(now_ns)") s"
 
 # --- drains -------------------------------------------------------------------------------
 declare -A RECV_S WR_S WR_START WR_RSS_KB WR_RC KREC FIRST LOAD1

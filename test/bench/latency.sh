@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Live latency of walrelay: events written at a fixed rate, consumed from Kafka as they arrive.
+#
+# Starts the bench's own Postgres and Kafka (the state dir and ports of test/bench/bench.sh,
+# under the same lock, wiped first), migrates the outbox table, then for each entry of LAT_RATES:
+# starts walrelay (--topic 'lat.{aggregate_type}' --metrics-addr 127.0.0.1:0, pprof off, other
+# flags at their defaults plus LAT_WALRELAY_ARGS), runs test/bench/latency (see its header) for
+# LAT_DURATION at that rate ("max": as fast as LAT_CONNS connections can write), stops walrelay
+# with SIGTERM (it must exit 0) and collects the result. walrelay is restarted for every rate so
+# its peak RSS (VmHWM) belongs to that rate. Prints one table and saves it (with each rate's
+# per-second timeline CSV) under BENCH_RESULTS_DIR.
+#
+# Latency = consumer receive time - Kafka record timestamp (the commit time walrelay puts
+# there; millisecond resolution, so +0..1 ms). The table splits p99 at the walsender (pg99:
+# commit -> decoded and sent by Postgres; aft99: the rest, i.e. walrelay, Kafka and the
+# consumer), see the program's header. Everything, including the writer and the consumer,
+# shares this machine's cores with Postgres, Kafka and walrelay; the "busy" column is the whole
+# machine's CPU use during the run. If the writer cannot keep the rate, "achieved" says so.
+#
+# Before the measured rates, a warm-up step (LAT_WARMUP, 30s; 0 skips it) at LAT_WARMUP_RATE
+# (5000) events/s is run and reported apart, so the freshly started broker's JVM is warm: its
+# CPU for the same 1000 events/s fell from ~37% to ~9% over the first minute of load. (Each
+# run of the program also sends 2 s of uncounted pings first: without them one partition of a
+# fresh consumer arrived only at the end of its first fetch wait, up to 1 s late, also with
+# broker-append timestamps (-log-append-time), i.e. not walrelay's delay.)
+#
+# Knobs: LAT_RATES ("1000 5000 20000 max"; an entry RATE:FLAG,FLAG adds walrelay flags to that
+# step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"), LAT_DURATION (20s),
+# LAT_TXN_SIZE (1 event per transaction), LAT_CONNS (4 writer connections), LAT_PAYLOAD (200
+# bytes), LAT_DRAIN (60s: wait for the tail after writing stops), LAT_WARMUP, LAT_WARMUP_RATE
+# (above), LAT_WALRELAY_ARGS (extra `walrelay run` flags for every step),
+# LAT_PROGRAM_ARGS (extra flags of test/bench/latency, e.g. -log-append-time),
+# BENCH_RESULTS_DIR (test/bench/results; empty: not saved), WALRELAY_BENCH_DIR
+# (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452), WALRELAY_BENCH_KAFKA_PORT (59112),
+# WALRELAY_BIN (default: built from the tree into the state dir), WALRELAY_BENCH_KEEP=1 (leave
+# Postgres and Kafka running).
+set -euo pipefail
+# shellcheck source=../env/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../env/common.sh"
+WALRELAY_LOG_TAG=latency
+cd "$WALRELAY_ROOT"
+
+read -r -a RATES <<<"${LAT_RATES:-1000 5000 20000 max}"
+DURATION="${LAT_DURATION:-20s}"
+TXN_SIZE="${LAT_TXN_SIZE:-1}"
+CONNS="${LAT_CONNS:-4}"
+PAYLOAD="${LAT_PAYLOAD:-200}"
+DRAIN="${LAT_DRAIN:-60s}"
+WARMUP="${LAT_WARMUP:-30s}"
+WARMUP_RATE="${LAT_WARMUP_RATE:-5000}"
+for r in "${RATES[@]}"; do
+	[[ "$r" =~ ^([1-9][0-9]*|max)(:.*)?$ ]] || die "LAT_RATES entries must be RATE or RATE:FLAG,FLAG... (RATE a positive whole number or max), got '$r'"
+done
+[ "${#RATES[@]}" -gt 0 ] || die "LAT_RATES is empty"
+for v in TXN_SIZE CONNS PAYLOAD; do
+	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "LAT_$v must be a positive whole number, got '${!v}'"
+done
+[[ "$DURATION" =~ ^[0-9.]+(ms|s|m)$ ]] || die "LAT_DURATION must be a Go duration such as 20s, got '$DURATION'"
+[[ "$WARMUP" =~ ^(0|[0-9.]+(ms|s|m))$ ]] || die "LAT_WARMUP must be 0 or a Go duration such as 5s, got '$WARMUP'"
+[[ "$WARMUP_RATE" =~ ^[0-9]+$ ]] || die "LAT_WARMUP_RATE must be a whole number (0: max), got '$WARMUP_RATE'"
+
+WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
+export WALRELAY_TEST_DIR
+export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
+export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
+export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
+unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
+WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
+RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
+STAMP="$(date +%Y%m%d-%H%M%S)"
+
+take_lock "$WALRELAY_TEST_DIR"
+"$WALRELAY_ENV_DIR/deps.sh" 8>&-
+stop_services "$WALRELAY_TEST_DIR"
+safe_wipe "$WALRELAY_TEST_DIR"
+ensure_state_dir "$WALRELAY_TEST_DIR"
+
+wpid=""
+on_exit() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ -n "$wpid" ] && pid_alive "$wpid"; then
+		kill -TERM "$wpid" 2>/dev/null || true
+		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
+	fi
+	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
+		log "WALRELAY_BENCH_KEEP=1: Postgres and Kafka left running; make clean stops them"
+	else
+		stop_services "$WALRELAY_TEST_DIR"
+	fi
+	[ "$rc" -eq 0 ] || log "latency bench FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
+	exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+BIN="${WALRELAY_BIN:-}"
+if [ -z "$BIN" ]; then
+	BIN="$WALRELAY_TEST_DIR/walrelay"
+	log "building $BIN"
+	CGO_ENABLED=0 go build -o "$BIN" ./cmd/walrelay 8>&-
+fi
+BIN="$(abs_path "$BIN")"
+LAT="$WALRELAY_TEST_DIR/latency"
+go build -o "$LAT" ./test/bench/latency 8>&-
+
+"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
+"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
+eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
+eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
+DSN="$WALRELAY_TEST_PG_DSN"
+BROKERS="$WALRELAY_TEST_KAFKA"
+q() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" -Atc "$1"; }
+
+"$BIN" migrate --postgres-dsn "$DSN" 8>&- >&2
+
+start_walrelay() { # log file, extra flags (space-separated)
+	local extra=() deadline
+	read -r -a extra <<<"${LAT_WALRELAY_ARGS:-} ${2:-}"
+	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot walrelay_lat \
+		--publication walrelay --topic 'lat.{aggregate_type}' --metrics-addr 127.0.0.1:0 --pprof=false \
+		"${extra[@]}" >"$1" 2>&1 8>&- </dev/null &
+	wpid=$!
+	echo "$wpid" >"$WPID_FILE"
+	deadline=$((SECONDS + 60))
+	until [ "$(q "SELECT active FROM pg_replication_slots WHERE slot_name = 'walrelay_lat'")" = t ]; do
+		pid_alive "$wpid" || { tail -n 20 "$1" >&2; die "walrelay exited during start-up (log: $1)"; }
+		[ "$SECONDS" -lt "$deadline" ] || die "walrelay did not start streaming within 60 s (log: $1)"
+		sleep 0.2
+	done
+}
+
+WRC=""
+stop_walrelay() { # sets WRC to walrelay's exit status
+	local rc=0
+	kill -TERM "$wpid"
+	if wait_pid_gone "$wpid" 60; then
+		wait "$wpid" || rc=$?
+	else
+		rc="no-exit-60s-after-SIGTERM"
+		kill -KILL "$wpid" 2>/dev/null || true
+	fi
+	wpid=""
+	rm -f "$WPID_FILE"
+	WRC="$rc"
+}
+
+# step LABEL RATE DURATION [FLAGS]: one walrelay start (with FLAGS), one program run, one
+# SIGTERM; sets STEP_LINE.
+problems=()
+STEP_LINE=""
+step() {
+	local label="$1" rate="$2" duration="$3" wlog="$WALRELAY_TEST_DIR/walrelay-$1.log" line lrc
+	start_walrelay "$wlog" "${4:-}"
+	log "$label: walrelay pid $wpid ($(grep -o '"addr":"[^"]*"' "$wlog" | head -n 1)); writing for $duration"
+	set +e
+	# shellcheck disable=SC2086 # LAT_PROGRAM_ARGS: extra flags, split on spaces
+	line="$("$LAT" ${LAT_PROGRAM_ARGS:-} -pg "$DSN" -brokers "$BROKERS" -label "$label" -rate "$rate" -duration "$duration" \
+		-txn-size "$TXN_SIZE" -conns "$CONNS" -payload "$PAYLOAD" -drain "$DRAIN" -pid "$wpid" \
+		-kafka-pid "$(cat "$WALRELAY_TEST_DIR/kafka/kafka.pid" 2>/dev/null || echo 0)" -slot walrelay_lat \
+		-timeline "$WALRELAY_TEST_DIR/timeline-$label.csv" -raw "$WALRELAY_TEST_DIR/raw-$label.csv" 2>"$WALRELAY_TEST_DIR/latency-$label.err" 8>&-)"
+	lrc=$?
+	set -e
+	cat "$WALRELAY_TEST_DIR/latency-$label.err" >&2
+	stop_walrelay
+	[ "$lrc" -eq 0 ] || problems+=("$label: latency program exit $lrc")
+	[ "$WRC" = 0 ] || problems+=("$label: walrelay exit status after SIGTERM $WRC (log: $wlog)")
+	STEP_LINE=""
+	[ -z "$line" ] || STEP_LINE="$line exit=$WRC"
+}
+
+# Warm-up, not in the table: the broker's JVM was just started.
+WARMUP_LINE=""
+if [ "$WARMUP" != 0 ]; then
+	step warmup "$WARMUP_RATE" "$WARMUP"
+	WARMUP_LINE="$STEP_LINE"
+fi
+
+lines=() step_flags=() all_labels=()
+declare -A seen_rate
+for entry in "${RATES[@]}"; do
+	r="${entry%%:*}"
+	flags=""
+	[[ "$entry" != *:* ]] || flags="${entry#*:}"
+	flags="${flags//,/ }"
+	# One topic per step: lat.<label>; a rate listed twice gets r<rate>-2, ...
+	seen_rate[$r]=$((${seen_rate[$r]:-0} + 1))
+	label="r$r"
+	[ "${seen_rate[$r]}" -eq 1 ] || label="r$r-${seen_rate[$r]}"
+	rate="$r"
+	[ "$r" = max ] && rate=0
+	all_labels+=("$label")
+	step "$label" "$rate" "$DURATION" "$flags"
+	if [ -n "$STEP_LINE" ]; then
+		lines+=("$STEP_LINE")
+		step_flags+=("${flags:-(defaults)}")
+	fi
+done
+
+# --- report -------------------------------------------------------------------------------
+field() { # line key
+	local kv
+	for kv in $1; do
+		[ "${kv%%=*}" = "$2" ] && { printf '%s\n' "${kv#*=}"; return; }
+	done
+	echo "-"
+}
+REPORT="$WALRELAY_TEST_DIR/latency-result.txt"
+{
+	echo
+	echo "walrelay live latency: $DURATION per rate, $TXN_SIZE event(s)/txn, $CONNS writer connections, payload ~$PAYLOAD B"
+	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions, same machine); walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' 2>/dev/null || echo '+local changes')"
+	[ -z "${LAT_WALRELAY_ARGS:-}" ] || echo "extra walrelay flags: $LAT_WALRELAY_ARGS"
+	echo "latency = consumer receive - record timestamp (commit time, ms resolution); ms"
+	fmtrow='%-6s %8s %7s %7s | %6s %6s %6s %6s %7s | %6s %6s | %5s %5s %6s %6s | %5s %5s %5s %5s | %7s %11s | %s\n'
+	# shellcheck disable=SC2059
+	printf "$fmtrow" target achieved sent recv p50 p90 p99 p99.9 max "pg99" "aft99" \
+		"wr%" "wr%mx" RSS HWM "wsnd%" "wsR%" "kfk%" busy% "declag" "sockq mn/mx" "walrelay flags"
+	for i in "${!lines[@]}"; do
+		line="${lines[i]}"
+		# shellcheck disable=SC2059
+		printf "$fmtrow" \
+			"$(field "$line" target_eps)" "$(field "$line" achieved_eps)" "$(field "$line" sent)" "$(field "$line" received)" \
+			"$(field "$line" p50_ms)" "$(field "$line" p90_ms)" "$(field "$line" p99_ms)" "$(field "$line" p999_ms)" "$(field "$line" max_ms)" \
+			"$(field "$line" pg_p99_ms)" "$(field "$line" after_p99_ms)" \
+			"$(field "$line" cpu_avg_pct)" "$(field "$line" cpu_max_pct)" "$(field "$line" rss_max_mb)" "$(field "$line" hwm_mb)" \
+			"$(field "$line" walsender_cpu_pct)" "$(field "$line" walsender_running_pct)" "$(field "$line" kafka_cpu_pct)" \
+			"$(field "$line" sys_busy_pct)" "$(field "$line" decode_lag_max_kb)" \
+			"$(field "$line" sockq_mean_kb)/$(field "$line" sockq_max_kb)" "${step_flags[i]}"
+	done
+	echo "latencies in ms: p50..max from the commit timestamp (record timestamp) to the consumer's receive;"
+	echo "pg99 / aft99: p99 of the two parts split where the walsender's sent_lsn (sampled every 10 ms) passed the event:"
+	echo "commit -> decoded and sent by Postgres, and the rest (socket, walrelay, Kafka, consumer); each +-5 ms."
+	echo "wr% / wr%mx: walrelay CPU (100 = one core), run average / highest 1 s sample; RSS / HWM: walrelay's VmRSS max and VmHWM, MB;"
+	echo "wsnd% / kfk%: CPU of the slot's walsender and of the Kafka broker; busy%: whole machine ($(nproc) cores = 100);"
+	echo "wsR%: share of 10 ms samples in which the walsender was running or waiting for a CPU (not sleeping);"
+	echo "declag: highest sampled kB of WAL between pg_current_wal_lsn() and the walsender's decoding position;"
+	echo "sockq mn/mx: mean / max kB sent by the walsender and not yet read by walrelay (kernel socket queues, 1 s samples)."
+	for p in "${problems[@]}"; do echo "PROBLEM: $p"; done
+	for i in "${!lines[@]}"; do echo "${lines[i]} flags=${step_flags[i]// /,}"; done
+	[ -z "$WARMUP_LINE" ] || echo "warm-up, not in the table: $WARMUP_LINE"
+	echo
+	for label in warmup "${all_labels[@]}"; do cat "$WALRELAY_TEST_DIR/latency-$label.err" 2>/dev/null || true; done
+} | tee "$REPORT"
+
+if [ -n "$RESULTS_DIR" ]; then
+	mkdir -p "$RESULTS_DIR"
+	cp "$REPORT" "$RESULTS_DIR/latency-$STAMP.txt"
+	for f in "$WALRELAY_TEST_DIR"/timeline-*.csv; do
+		[ -f "$f" ] && cp "$f" "$RESULTS_DIR/latency-$STAMP-$(basename "$f")"
+	done
+	log "report saved to $RESULTS_DIR/latency-$STAMP.txt"
+fi
+[ "${#problems[@]}" -eq 0 ] || die "${problems[*]}"
