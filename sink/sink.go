@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -369,20 +370,43 @@ func CloudEventsHeaders(ev *decoder.Event, ts time.Time, source, contentType str
 	}
 }
 
+// stringBytes returns s's bytes without copying. The record's header values
+// are only ever read (by franz-go, when it encodes the batch), never written,
+// so sharing the immutable string's memory is safe and saves an allocation
+// per header on the hot path.
+func stringBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
 // BuildRecord turns ev into the Kafka record of DESIGN.md §4.
 func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, 5+len(ev.Headers))
 	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderID, Value: []byte(ev.ID)},
-		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(ev.EventType)},
-		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(ev.AggregateType)},
+		kgo.RecordHeader{Key: HeaderID, Value: stringBytes(ev.ID)},
+		kgo.RecordHeader{Key: HeaderEventType, Value: stringBytes(ev.EventType)},
+		kgo.RecordHeader{Key: HeaderAggregateType, Value: stringBytes(ev.AggregateType)},
 	)
 	for _, h := range ev.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
+	// One buffer for the position headers: "X/Y" LSN, then the xid.
+	pos := make([]byte, 0, 32)
+	pos = strconv.AppendUint(pos, uint64(ev.LSN)>>32, 16)
+	pos = append(pos, '/')
+	pos = strconv.AppendUint(pos, uint64(ev.LSN)&0xFFFFFFFF, 16)
+	lsnEnd := len(pos)
+	for i, c := range pos { // upper-case hex, as pglogrepl.LSN.String()
+		if c >= 'a' && c <= 'f' {
+			pos[i] = c - 'a' + 'A'
+		}
+	}
+	pos = strconv.AppendUint(pos, uint64(ev.XID), 10)
 	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderLSN, Value: []byte(ev.LSN.String())},
-		kgo.RecordHeader{Key: HeaderXID, Value: strconv.AppendUint(nil, uint64(ev.XID), 10)},
+		kgo.RecordHeader{Key: HeaderLSN, Value: pos[:lsnEnd:lsnEnd]},
+		kgo.RecordHeader{Key: HeaderXID, Value: pos[lsnEnd:]},
 	)
 	ts := ev.Timestamp
 	if ts.IsZero() {
