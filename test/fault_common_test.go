@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -607,64 +606,7 @@ func faultVerify(t *testing.T, s *scenario, fw *faultWriter) *result {
 	}
 	t.Logf("consumed %d topics in %s", len(recs), time.Since(start).Round(time.Millisecond))
 
-	res := &result{committed: len(committed), dupEvents: map[*txnRec]int{}, records: recs}
-	seen := map[string]int{}
-	lastPos := map[string]int{}
-	aggPartition := map[string]string{}
-	for _, topic := range slices.Sorted(maps.Keys(recs)) {
-		list := slices.Clone(recs[topic])
-		sort.SliceStable(list, func(i, j int) bool {
-			if list[i].Partition != list[j].Partition {
-				return list[i].Partition < list[j].Partition
-			}
-			return list[i].Offset < list[j].Offset
-		})
-		for _, rec := range list {
-			res.delivered++
-			id := header(rec, "id")
-			ev, ok := byID[id]
-			if !ok {
-				if _, rb := rolledBack[id]; rb {
-					res.rolledBackDelivered++
-					res.problem("rolled-back event %s delivered at %s/%d@%d", id, rec.Topic, rec.Partition, rec.Offset)
-				} else {
-					res.unknown++
-					res.problem("unknown record at %s/%d@%d: key=%q id header=%q", rec.Topic, rec.Partition, rec.Offset, rec.Key, id)
-				}
-				continue
-			}
-			checkRecord(res, s, rec, ev, rows[id])
-			if tp := fmt.Sprintf("%s/%d", rec.Topic, rec.Partition); aggPartition[ev.AggID] == "" {
-				aggPartition[ev.AggID] = tp
-			} else if aggPartition[ev.AggID] != tp {
-				res.fieldErrors++
-				res.problem("aggregate %s split across partitions %s and %s", ev.AggID, aggPartition[ev.AggID], tp)
-			}
-			seen[id]++
-			if seen[id] > 1 {
-				res.duplicates++
-				res.dupEvents[ev.Txn]++
-				continue
-			}
-			if last, ok := lastPos[ev.AggID]; ok && ev.Pos < last {
-				res.orderViolations++
-				res.problem("order: aggregate %s: event #%d (txn %d) delivered after #%d, at %s/%d@%d",
-					ev.AggID, ev.Pos, ev.Txn.Index, last, rec.Topic, rec.Partition, rec.Offset)
-			}
-			lastPos[ev.AggID] = max(lastPos[ev.AggID], ev.Pos)
-		}
-	}
-	for _, ev := range committed {
-		if seen[ev.ID] == 0 {
-			res.lost++
-			res.problem("lost: event %s (aggregate %s, commit position %d, txn %d, commit ≤ %s)",
-				ev.ID, ev.AggID, ev.Pos, ev.Txn.Index, ev.Txn.PostLSN)
-		}
-	}
-	for _, e := range res.errs {
-		t.Log("  " + e)
-	}
-	return res
+	return judge(t, s, committed, byID, rolledBack, rows, recs)
 }
 
 // faultFinish stops the writer, waits until walrelay confirmed everything it wrote,

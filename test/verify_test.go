@@ -252,6 +252,13 @@ func verify(t *testing.T, s *scenario, w *workload) *result {
 	recs := consumeAll(t, s.env.kafka, s.name+".", slices.Sorted(maps.Keys(topicSet)))
 	t.Logf("consumed %d topics in %s", len(recs), time.Since(start).Round(time.Millisecond))
 
+	return judge(t, s, committed, byID, rolledBack, rows, recs)
+}
+
+// judge checks consumed records against the committed events: every event
+// present, first deliveries in commit order per aggregate, fields right, no
+// rolled-back or unknown record. Shared by the e2e and fault verifiers.
+func judge(t *testing.T, s *scenario, committed []*eventRec, byID map[string]*eventRec, rolledBack map[string]*eventRec, rows map[string]outboxRow, recs map[string][]*kgo.Record) *result {
 	res := &result{committed: len(committed), dupEvents: map[*txnRec]int{}, records: recs}
 	seen := map[string]int{}
 	lastPos := map[string]int{}         // aggregate -> commit position of its last first-delivery
