@@ -305,6 +305,9 @@ func (s *Stream) acquire(ctx context.Context) (*Batch, error) {
 // maybeSendStatus reports the watermark when it moved and StatusInterval
 // passed, when KeepaliveInterval passed, or at once when force is set.
 func (s *Stream) maybeSendStatus(force bool) error {
+	if !force && time.Since(s.lastSentAt) < s.conn.cfg.StatusInterval {
+		return nil // nothing can be due yet; spare the watermark lock per message
+	}
 	w := s.pos.Watermark()
 	if w < s.lastSent {
 		w = s.lastSent // never report a lower position
