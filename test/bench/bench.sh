@@ -49,7 +49,8 @@
 # run` flags; --slot and --topic are set per run after them), BENCH_RESULTS_DIR (where the
 # report is saved as bench-<date>-n<N>-p<PAYLOAD>.txt, test/bench/results; empty: not saved),
 # WALRELAY_BENCH_DIR (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452),
-# WALRELAY_BENCH_KAFKA_PORT (59112), WALRELAY_BIN (bin/walrelay, built when missing),
+# WALRELAY_BENCH_KAFKA_PORT (59112), WALRELAY_TEST_KAFKA_HEAP (broker heap, "-Xms1g -Xmx1g"),
+# WALRELAY_BIN (bin/walrelay, built when missing),
 # WALRELAY_BENCH_KEEP=1 (leave Postgres and Kafka running).
 set -euo pipefail
 # shellcheck source=../env/common.sh
@@ -79,6 +80,10 @@ export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
 export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
+# The broker gets the heap Kafka's own kafka-server-start.sh gives it (1 GiB) rather than the
+# test suites' 512 MiB: with 512 MiB, G1's concurrent marking and C2 took ~15% of the machine's
+# CPU (perf) during the first timed drain, and that run came out 0.15-0.25 below the others.
+export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULT="$WALRELAY_TEST_DIR/result.txt"
@@ -104,6 +109,7 @@ on_exit() {
 		kill -TERM "$wpid" 2>/dev/null || true
 		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
 	fi
+	[ -z "${POLL_PID:-}" ] || kill "$POLL_PID" 2>/dev/null || true
 	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
 		log "WALRELAY_BENCH_KEEP=1: Postgres and Kafka left running; make clean stops them"
 	else
@@ -248,6 +254,33 @@ dirty0="$(awk '/^Dirty:/ {printf "%.0f", $2 / 1024}' /proc/meminfo)"
 sync -f "$WALRELAY_TEST_DIR" 2>/dev/null || sync
 log "sync: $dirty0 MB dirty flushed in $(secs "$t0" "$(now_ns)") s"
 
+# --- polling without forks ------------------------------------------------------------------
+# The walrelay drain is timed by polling its slot every 0.1 s. A psql process (and a new backend)
+# per poll, plus awk and sleep, cost about 10% of a core in perf samples on this 2-core machine,
+# charged to walrelay's drain only (pg_recvlogical stops by itself at --endpos). So the polls go
+# through one psql session (a coprocess), /proc is read with builtins, and the 0.1 s nap is a
+# read timeout on a descriptor that never delivers.
+coproc POLL { psql_ -At 2>&1 8>&-; }
+exec {NAP_FD}<> <(:)
+nap() { read -r -t 0.1 -u "$NAP_FD" _ || true; }
+# poll SQL: one query on the coprocess session; its single-line answer in POLL_REPLY.
+poll() {
+	printf '%s;\n' "$1" >&"${POLL[1]}" || die "bench poller (psql coprocess) is gone"
+	IFS= read -r -t 30 POLL_REPLY <&"${POLL[0]}" || die "bench poller (psql coprocess) did not answer: $1"
+}
+# proc_status PID: PROC_STATE (empty when gone) and PROC_HWM_KB (VmHWM) from /proc, no fork.
+proc_status() {
+	local k v rest
+	PROC_STATE="" PROC_HWM_KB=""
+	[ -r "/proc/$1/status" ] || return 0
+	while read -r k v rest; do
+		case "$k" in
+		State:) PROC_STATE="$v" ;;
+		VmHWM:) PROC_HWM_KB="$v" ;;
+		esac
+	done <"/proc/$1/status" 2>/dev/null || true
+}
+
 # --- drains -------------------------------------------------------------------------------
 declare -A RECV_S WR_S WR_START WR_RSS_KB WR_RC KREC FIRST LOAD1
 
@@ -274,7 +307,7 @@ kafka_records() { # topic
 }
 
 run_walrelay() { # i
-	local i="$1" extra=() t0 t1 deadline hwm rc state log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
+	local i="$1" extra=() t0 t1 deadline rc state log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
 	read -r -a extra <<<"${BENCH_WALRELAY_ARGS:-}"
 	log "run $i: walrelay draining bench_walrelay_$i to Kafka topic $(topic_of "$i") (log: $log_file)"
 	t0=$(now_ns)
@@ -285,7 +318,8 @@ run_walrelay() { # i
 	echo "$wpid" >"$WPID_FILE"
 	deadline=$((SECONDS + TIMEOUT))
 	while :; do
-		state="$(q "SELECT active::text || ' ' || (confirmed_flush_lsn >= '$TARGET'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'")"
+		poll "SELECT active::text || ' ' || (confirmed_flush_lsn >= '$TARGET'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'"
+		state="$POLL_REPLY"
 		if [ "${state#* }" = true ]; then
 			t1=$(now_ns)
 			[ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$t1")"
@@ -294,9 +328,9 @@ run_walrelay() { # i
 		# Start-up: until walrelay's replication connection has the slot (Kafka and Postgres
 		# connected, prerequisites checked); the topic is created later, at the first event.
 		[ "${state% *}" != true ] || [ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$(now_ns)")"
-		hwm="$(awk '/^VmHWM:/ {print $2}' "/proc/$wpid/status" 2>/dev/null || true)"
-		[ -n "$hwm" ] && WR_RSS_KB[$i]="$hwm"
-		if ! pid_alive "$wpid"; then
+		proc_status "$wpid"
+		[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$i]="$PROC_HWM_KB"
+		if [ -z "$PROC_STATE" ] || [ "$PROC_STATE" = Z ]; then
 			tail -n 20 "$log_file" >&2
 			walrelay_problem="run $i: walrelay exited before confirming $TARGET"
 			return 1
@@ -306,11 +340,11 @@ run_walrelay() { # i
 			walrelay_problem="run $i: walrelay did not confirm $TARGET within ${TIMEOUT}s (confirmed: $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'"))"
 			return 1
 		fi
-		sleep 0.1
+		nap
 	done
 	WR_S[$i]="$(secs "$t0" "$t1")"
-	hwm="$(awk '/^VmHWM:/ {print $2}' "/proc/$wpid/status" 2>/dev/null || true)"
-	[ -n "$hwm" ] && WR_RSS_KB[$i]="$hwm"
+	proc_status "$wpid"
+	[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$i]="$PROC_HWM_KB"
 	kill -TERM "$wpid"
 	rc=0
 	if wait_pid_gone "$wpid" 60; then
