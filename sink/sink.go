@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,7 +40,8 @@ type Config struct {
 	// Topic is the topic template (see ParseTemplate). Default
 	// "outbox.event.{aggregate_type}".
 	Topic string
-	// Compression is one of none, gzip, snappy, lz4, zstd. Default lz4.
+	// Compression is one of none, gzip, snappy, lz4, zstd. Default zstd, at
+	// its fastest level (see codec).
 	Compression string
 	// Linger is how long a partition waits for more records before sending a
 	// batch. Default 5ms.
@@ -129,7 +131,7 @@ func (c *Config) setDefaults() {
 		c.Topic = "outbox.event.{aggregate_type}"
 	}
 	if c.Compression == "" {
-		c.Compression = "lz4"
+		c.Compression = "zstd"
 	}
 	if c.Linger == 0 {
 		c.Linger = 5 * time.Millisecond
@@ -163,9 +165,16 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// codec maps a compression name to franz-go's codec. zstd runs at its fastest
+// level: on JSON outbox payloads it compresses both faster and two to three
+// times smaller than lz4, and it stores incompressible batches raw instead of
+// spending CPU on them (figures in the README, "Compression"). franz-go's own
+// zstd default is level 3, several times slower on such data.
 func codec(name string) (kgo.CompressionCodec, error) {
 	switch name {
-	case "", "lz4":
+	case "", "zstd":
+		return kgo.ZstdCompression().WithLevel(int(zstd.SpeedFastest)), nil
+	case "lz4":
 		return kgo.Lz4Compression(), nil
 	case "none":
 		return kgo.NoCompression(), nil
@@ -173,8 +182,6 @@ func codec(name string) (kgo.CompressionCodec, error) {
 		return kgo.GzipCompression(), nil
 	case "snappy":
 		return kgo.SnappyCompression(), nil
-	case "zstd":
-		return kgo.ZstdCompression(), nil
 	}
 	return kgo.CompressionCodec{}, fmt.Errorf("kafka compression: %q is not one of none, gzip, snappy, lz4, zstd", name)
 }
