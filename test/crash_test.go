@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,7 +21,15 @@ func TestCrashKill9(t *testing.T) {
 	// Frequent status updates leave a premature confirmation less time to hide behind
 	// the acknowledgement that follows it.
 	runArgs := []string{"--status-interval", "100ms"}
-	p := s.startReady(runArgs...)
+	// Every other restart produces with lz4 instead of the default zstd, so the topics mix
+	// both codecs, as after an upgrade from a version whose default was lz4 (or a rollback).
+	argsFor := func(restart int) []string {
+		if restart%2 == 1 {
+			return slices.Concat(runArgs, []string{"--compression", "lz4"})
+		}
+		return runArgs
+	}
+	p := s.startReady(argsFor(0)...)
 
 	w := newWorkload(t, env, s.table, 200, newRandFrom(rng))
 	stop := w.runContinuous(continuousOpts{maxEvents: 20, rollbackPct: 10, maxPause: 2 * time.Millisecond})
@@ -37,7 +46,7 @@ func TestCrashKill9(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(500 * time.Millisecond))))
 		}
-		p = s.start(runArgs...)
+		p = s.start(argsFor(i)...)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The verifier reads tens of thousands of records that walrelay wrote in small lz4
-// batches. franz-go's lz4 reader takes a 4 MiB block buffer from a sync.Pool per batch,
+// The verifier reads tens of thousands of records that walrelay wrote in small batches,
+// zstd by default and lz4 in some of TestCrashKill9's runs. franz-go's lz4 reader takes a 4 MiB block buffer from a sync.Pool per batch,
 // and under -race sync.Pool deliberately drops items, so every few batches allocate
 // (and the race runtime shadows) 4 MiB: reading a crash test's topics cost a minute of
 // CPU. testDecompressor decodes lz4 frames into one growing buffer instead and leaves
