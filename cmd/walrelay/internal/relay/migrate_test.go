@@ -58,7 +58,7 @@ func runMain(args ...string) (code int, stdout, stderr string) {
 
 func TestMigrateIdempotent(t *testing.T) {
 	dsn, pg := testDatabase(t)
-	pg.exec("CREATE SCHEMA h5_schema")
+	// h5_schema does not exist: migrate creates it.
 	for _, table := range []string{"public.outbox", "h5_schema.outbox"} {
 		for i := range 2 {
 			code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--table", table)
@@ -91,7 +91,9 @@ func TestMigrateConcurrent(t *testing.T) {
 	errs := make([]string, 6)
 	for i := range errs {
 		wg.Go(func() {
-			if code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--table", fmt.Sprintf("public.outbox_%d", i)); code != ExitOK {
+			// Half of them into a schema that none of them finds in place.
+			schema := []string{"public", "h5_conc"}[i%2]
+			if code, _, stderr := runMain("migrate", "--postgres-dsn", dsn, "--table", fmt.Sprintf("%s.outbox_%d", schema, i)); code != ExitOK {
 				errs[i] = stderr
 			}
 		})
