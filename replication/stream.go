@@ -20,6 +20,10 @@ var ErrServerSilent = errors.New("replication connection silent")
 // receiveWait bounds one receive, so a stop request is noticed promptly.
 const receiveWait = 250 * time.Millisecond
 
+// maxBatchMsgs caps the messages of one batch (small messages would otherwise
+// make a batch of BatchBytes hold tens of thousands).
+const maxBatchMsgs = 4096
+
 // endCopyTimeout bounds the end-of-stream handshake on shutdown.
 const endCopyTimeout = 10 * time.Second
 
@@ -112,6 +116,10 @@ func (s *Stream) Batches() <-chan *Batch { return s.out }
 // goroutine.
 func (s *Stream) Release(b *Batch) {
 	b.reset()
+	if cap(b.buf) > s.conn.cfg.BatchBytes {
+		// Grown for one message larger than BatchBytes: do not keep it.
+		b.buf = make([]byte, 0, s.conn.cfg.BatchBytes)
+	}
 	s.free <- b
 }
 
@@ -234,13 +242,31 @@ func (s *Stream) stream(ctx context.Context) error {
 				if xld.ServerWALEnd > s.serverWALEnd {
 					s.serverWALEnd = xld.ServerWALEnd
 				}
+				// A batch holds about BatchBytes. Hand the current one over before a
+				// message that would overflow it, so that buffers never grow with
+				// the transaction: the pool's memory stays Batches x BatchBytes,
+				// plus messages larger than BatchBytes, each in a batch of its own.
+				if len(cur.buf) > 0 && len(cur.buf)+len(xld.WALData) > s.conn.cfg.BatchBytes {
+					flush()
+					b, err := s.acquire(ctx)
+					if err != nil {
+						return err
+					}
+					if b == nil {
+						// ctx done while waiting: this message was not handed over,
+						// so its transaction is not confirmed and is read again.
+						return nil
+					}
+					cur = b
+					lastHeard = time.Now()
+				}
 				// Copy out of pgconn's read buffer, which the next receive reuses.
 				start := len(cur.buf)
 				cur.buf = append(cur.buf, xld.WALData...)
 				cur.Msgs = append(cur.Msgs, Message{WALStart: xld.WALStart, ServerWALEnd: xld.ServerWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
 				// A commit ends a transaction: hand it over now for latency;
 				// otherwise fill the batch.
-				if xld.WALData[0] == 'C' || len(cur.buf) >= cap(cur.buf) || len(cur.Msgs) >= 4096 {
+				if xld.WALData[0] == 'C' || len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
 					flush()
 				}
 			default:
