@@ -44,7 +44,8 @@ type Config struct {
 	// its fastest level (see codec).
 	Compression string
 	// Linger is how long a partition waits for more records before sending a
-	// batch. Default 5ms.
+	// batch; 0 sends as soon as a request can go. Taken as given: walrelay's
+	// configuration supplies its 5ms default (Kafka 4's linger.ms).
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch. Default 1 MiB (Kafka's default
 	// max.message.bytes).
@@ -132,9 +133,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Compression == "" {
 		c.Compression = "zstd"
-	}
-	if c.Linger == 0 {
-		c.Linger = 5 * time.Millisecond
 	}
 	if c.BatchMaxBytes == 0 {
 		c.BatchMaxBytes = 1 << 20

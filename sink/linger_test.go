@@ -1,0 +1,24 @@
+package sink
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestLingerReachesTheProducer: the configured linger is the producer's, 0 included.
+// A zero linger used to be replaced by the 5ms default, so `--linger 0` could not
+// turn lingering off.
+func TestLingerReachesTheProducer(t *testing.T) {
+	for _, want := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 50 * time.Millisecond} {
+		s, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Linger: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.client.OptValue(kgo.ProducerLinger); got != want {
+			t.Errorf("Linger %v: producer lingers %v", want, got)
+		}
+		s.Close()
+	}
+}
