@@ -32,6 +32,7 @@
 # LAT_PROGRAM_ARGS (extra flags of test/bench/latency, e.g. -log-append-time),
 # BENCH_RESULTS_DIR (test/bench/results; empty: not saved), WALRELAY_BENCH_DIR
 # (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452), WALRELAY_BENCH_KAFKA_PORT (59112),
+# WALRELAY_TEST_KAFKA_HEAP (broker heap, "-Xms1g -Xmx1g"),
 # WALRELAY_BIN (default: built from the tree into the state dir), WALRELAY_BENCH_KEEP=1 (leave
 # Postgres and Kafka running).
 set -euo pipefail
@@ -65,6 +66,8 @@ export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
 export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
+# The broker's heap as in bench.sh: Kafka's own default of 1 GiB (the reason is there).
+export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
 STAMP="$(date +%Y%m%d-%H%M%S)"
