@@ -24,6 +24,18 @@ const (
 	backoffMax = 30 * time.Second
 )
 
+// resetBackoff returns the wait before the next reconnect: back to backoffMin
+// after a session that streamed for longer than the wait before it (a
+// Postgres restart every few seconds is then met at once each time), else
+// wait unchanged, so a connection that keeps failing, or failing right after
+// it starts, is retried less and less often.
+func resetBackoff(wait time.Duration, streamed bool, lasted time.Duration) time.Duration {
+	if streamed && lasted > wait {
+		return backoffMin
+	}
+	return wait
+}
+
 // StartupError is a failure before streaming began: bad prerequisites or an
 // unreachable Postgres or Kafka. walrelay exits on it instead of retrying.
 type StartupError struct{ Err error }
@@ -120,7 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	for {
 		start := time.Now()
 		err := r.session(ctx, conn)
-		ready.Store(false)
+		streamed := ready.Swap(false)
 		m.ready.Set(0)
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
@@ -133,9 +145,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		tr.Abort() // the half-read transaction is read again from the slot
-		if time.Since(start) > time.Minute {
-			backoff = backoffMin
-		}
+		backoff = resetBackoff(backoff, streamed, time.Since(start))
 		cause := "connection"
 		if errors.Is(err, replication.ErrSlotInUse) {
 			cause = "slot_in_use"
