@@ -2,58 +2,14 @@ package replication
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-)
 
-// testDB creates a database of its own for t on the integration Postgres (make test)
-// and returns its DSN; the database and its slots are dropped when t ends.
-func testDB(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("WALRELAY_TEST_PG_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("WALRELAY_TEST_PG_DSN is not set: run through `make test`")
-		}
-		t.Skip("WALRELAY_TEST_PG_DSN not set; run `make test` for the integration tests")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "repl_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = admin.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		_ = admin.Close(ctx)
-	})
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Path = "/" + name
-		return u.String()
-	}
-	return dsn + " dbname=" + name
-}
+	"github.com/walrelay/walrelay/test/pgtest"
+)
 
 // settledAt is a Position that never moves and has nothing outstanding.
 type settledAt pglogrepl.LSN
@@ -68,7 +24,7 @@ func (p settledAt) Settled() bool            { return true }
 // up to 4096 messages, and the pool kept the grown buffers: read-ahead memory then
 // grew with the payload size instead of staying Batches x BatchBytes.
 func TestStreamBatchesStayBounded(t *testing.T) {
-	dsn := testDB(t)
+	dsn := pgtest.Database(t, "repl")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db, err := pgx.Connect(ctx, dsn)

@@ -3,13 +3,12 @@ package relay
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
 // testDatabase creates a database of its own for t and returns its DSN and a
@@ -18,26 +17,7 @@ import (
 // share one. The database and its replication slots are dropped when t ends.
 func testDatabase(t *testing.T) (string, *pgHelper) {
 	t.Helper()
-	dsn := testDSN(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "h5_relay_" + hex.EncodeToString(b[:])
-	admin := newPG(t, dsn)
-	admin.exec("CREATE DATABASE " + name)
-	t.Cleanup(func() {
-		admin.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
-		admin.exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-	})
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Path = "/" + name
-		dsn = u.String()
-	} else {
-		dsn += " dbname=" + name
-	}
+	dsn := pgtest.Database(t, "h5_relay")
 	return dsn, newPG(t, dsn)
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,21 +19,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
 // testDSN returns the throwaway Postgres that `make test` starts. Without
 // it the test fails in CI and is skipped elsewhere.
-func testDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("WALRELAY_TEST_PG_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("WALRELAY_TEST_PG_DSN is not set: run through `make test`")
-		}
-		t.Skip("WALRELAY_TEST_PG_DSN not set; run `make test` for the integration tests")
-	}
-	return dsn
-}
+func testDSN(t *testing.T) string { return pgtest.DSN(t) }
 
 type pgHelper struct {
 	t    *testing.T
