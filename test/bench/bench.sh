@@ -74,20 +74,10 @@ case "$PAD_KIND" in hex | x) ;; *) die "BENCH_PAD must be hex or x, got '$PAD_KI
 [ "$PAYLOAD" -le 400000 ] || die "BENCH_PAYLOAD must be at most 400000 (the hex pad is cut from 512 KiB), got $PAYLOAD"
 topic_of() { printf 'bench.run%s\n' "$1"; }
 
-WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
-export WALRELAY_TEST_DIR
-export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
-export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
-export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
-unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
-# The broker gets the heap Kafka's own kafka-server-start.sh gives it (1 GiB) rather than the
-# test suites' 512 MiB: with 512 MiB, G1's concurrent marking and C2 took ~15% of the machine's
-# CPU (perf) during the first timed drain, and that run came out 0.15-0.25 below the others.
-export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
+# shellcheck source=bench-env.sh
+. "$WALRELAY_ROOT/test/bench/bench-env.sh"
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"
-WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULT="$WALRELAY_TEST_DIR/result.txt"
-RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
 
 take_lock "$WALRELAY_TEST_DIR"
 "$WALRELAY_ENV_DIR/deps.sh" 8>&-

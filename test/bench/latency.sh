@@ -60,16 +60,8 @@ done
 [[ "$WARMUP" =~ ^(0|[0-9.]+(ms|s|m))$ ]] || die "LAT_WARMUP must be 0 or a Go duration such as 5s, got '$WARMUP'"
 [[ "$WARMUP_RATE" =~ ^[0-9]+$ ]] || die "LAT_WARMUP_RATE must be a whole number (0: max), got '$WARMUP_RATE'"
 
-WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
-export WALRELAY_TEST_DIR
-export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
-export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
-export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
-unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
-# The broker's heap as in bench.sh: Kafka's own default of 1 GiB (the reason is there).
-export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
-WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
-RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
+# shellcheck source=bench-env.sh
+. "$WALRELAY_ROOT/test/bench/bench-env.sh"
 STAMP="$(date +%Y%m%d-%H%M%S)"
 
 take_lock "$WALRELAY_TEST_DIR"

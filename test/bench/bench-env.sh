@@ -1,0 +1,17 @@
+# Sourced by bench.sh and latency.sh (after ../env/common.sh): the benchmarks' own Postgres and
+# Kafka, apart from the test suites' (state dir, ports and service registry; knobs
+# WALRELAY_BENCH_DIR, WALRELAY_BENCH_PG_PORT, WALRELAY_BENCH_KAFKA_PORT).
+# shellcheck shell=bash
+WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
+export WALRELAY_TEST_DIR
+export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
+export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
+export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
+unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
+# The broker gets the heap Kafka's own kafka-server-start.sh gives it (1 GiB) rather than the
+# test suites' 512 MiB: with 512 MiB, G1's concurrent marking and C2 took ~15% of the machine's
+# CPU (perf) during the first timed catch-up drain, and that run came out 0.15-0.25 below the
+# others.
+export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
+WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
+RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
