@@ -13,6 +13,7 @@ package migrations
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
@@ -23,6 +24,17 @@ var files embed.FS
 
 // DefaultTable is the table name the files are written against.
 const DefaultTable = "public.outbox"
+
+// LockKey is the advisory lock (pg_advisory_xact_lock) the migrations take to
+// serialize concurrent `walrelay migrate` runs against one database.
+const LockKey int64 = 8315672063421710848
+
+// CreateSchema returns SQL that creates the schema quotedSchema (an already
+// quoted identifier) when missing, under LockKey, to run as one implicit
+// transaction before the files: CREATE TABLE does not create its schema.
+func CreateSchema(quotedSchema string) string {
+	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d); CREATE SCHEMA IF NOT EXISTS %s", LockKey, quotedSchema)
+}
 
 // Migration is one SQL file.
 type Migration struct {

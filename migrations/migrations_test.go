@@ -2,12 +2,9 @@ package migrations_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/url"
-	"os"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,7 +16,37 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/test/pgtest"
 )
+
+// TestLockKey: every file that takes the migrations' advisory lock takes LockKey,
+// the one CreateSchema takes, so concurrent migrate runs serialize on one lock.
+func TestLockKey(t *testing.T) {
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := migrations.Partitioned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("pg_advisory_xact_lock(%d)", migrations.LockKey)
+	locking := 0
+	for _, m := range append(all, part...) {
+		if n := strings.Count(m.SQL, "pg_advisory_xact_lock("); n > 0 {
+			locking++
+			if strings.Count(m.SQL, want) != n {
+				t.Errorf("%s takes an advisory lock other than %s", m.Name, want)
+			}
+		}
+	}
+	if locking == 0 {
+		t.Error("no migration takes the advisory lock")
+	}
+	if got := migrations.CreateSchema(`"app"`); !strings.Contains(got, want) || !strings.HasSuffix(got, `CREATE SCHEMA IF NOT EXISTS "app"`) {
+		t.Errorf("CreateSchema: %s", got)
+	}
+}
 
 func TestFiles(t *testing.T) {
 	all, err := migrations.All()
@@ -69,42 +96,7 @@ func TestFiles(t *testing.T) {
 // fails in CI and is skipped elsewhere.
 func testDB(t *testing.T) string {
 	t.Helper()
-	dsn := os.Getenv("WALRELAY_TEST_PG_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("WALRELAY_TEST_PG_DSN is not set: run through `make test`")
-		}
-		t.Skip("WALRELAY_TEST_PG_DSN not set; run `make test` for the integration tests")
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "h5_migrations_" + hex.EncodeToString(b[:])
-	admin := connect(t, dsn)
-	exec(t, admin, "CREATE DATABASE "+name)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if _, err := admin.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name); err != nil {
-			t.Errorf("drop slots of %s: %v", name, err)
-		}
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	return withDatabase(t, dsn, name)
-}
-
-// withDatabase returns dsn pointing at database db.
-func withDatabase(t *testing.T, dsn, db string) string {
-	t.Helper()
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Path = "/" + db
-		return u.String()
-	}
-	return dsn + " dbname=" + db
+	return pgtest.Database(t, "h5_migrations")
 }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {

@@ -175,6 +175,18 @@ func (s *Stream) stream(ctx context.Context) error {
 	}
 	var window receiveWindow
 	lastHeard := time.Now()
+	// next makes cur a free batch, waiting for one (backpressure); false when
+	// ctx ended meanwhile.
+	next := func() (bool, error) {
+		b, err := s.acquire(ctx)
+		if err != nil || b == nil {
+			return false, err
+		}
+		cur = b
+		// Time spent waiting for a batch (backpressure) is not silence.
+		lastHeard = time.Now()
+		return true, nil
+	}
 	defer func() {
 		window.close()
 		if cur != nil {
@@ -190,16 +202,9 @@ func (s *Stream) stream(ctx context.Context) error {
 			return err
 		}
 		if cur == nil {
-			b, err := s.acquire(ctx)
-			if err != nil {
-				return err
+			if ok, err := next(); !ok {
+				return err // nil: ctx done while waiting
 			}
-			if b == nil { // ctx done while waiting
-				return nil
-			}
-			cur = b
-			// Time spent waiting for a batch (backpressure) is not silence.
-			lastHeard = time.Now()
 		}
 		raw, err := s.conn.conn.ReceiveMessage(window.get())
 		if err != nil {
@@ -248,17 +253,11 @@ func (s *Stream) stream(ctx context.Context) error {
 				// plus messages larger than BatchBytes, each in a batch of its own.
 				if len(cur.buf) > 0 && len(cur.buf)+len(xld.WALData) > s.conn.cfg.BatchBytes {
 					flush()
-					b, err := s.acquire(ctx)
-					if err != nil {
+					if ok, err := next(); !ok {
+						// nil: ctx done while waiting. This message was not handed
+						// over, so its transaction is not confirmed and is read again.
 						return err
 					}
-					if b == nil {
-						// ctx done while waiting: this message was not handed over,
-						// so its transaction is not confirmed and is read again.
-						return nil
-					}
-					cur = b
-					lastHeard = time.Now()
 				}
 				// Copy out of pgconn's read buffer, which the next receive reuses.
 				start := len(cur.buf)

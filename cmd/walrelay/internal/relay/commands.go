@@ -170,12 +170,7 @@ func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	// CREATE TABLE does not create the table's schema. One implicit transaction under the
-	// migrations' advisory lock (the key of migrations/002_emit.sql), so concurrent runs
-	// do not race on CREATE SCHEMA IF NOT EXISTS.
-	schemaSQL := "SELECT pg_advisory_xact_lock(8315672063421710848); CREATE SCHEMA IF NOT EXISTS " +
-		pgx.Identifier{tn.Schema}.Sanitize()
-	if _, err := conn.Exec(cctx, schemaSQL).ReadAll(); err != nil {
+	if _, err := conn.Exec(cctx, migrations.CreateSchema(pgx.Identifier{tn.Schema}.Sanitize())).ReadAll(); err != nil {
 		return fmt.Errorf("create schema %s: %w", tn.Schema, err)
 	}
 	for _, m := range ms {
