@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
 // This file holds what the contract tests (contract_*_test.go) share on top of the
@@ -137,7 +138,7 @@ func (c *contract) createDatabase(name string) string {
 	c.t.Helper()
 	c.exec("CREATE DATABASE " + pgx.Identifier{name}.Sanitize())
 	c.dbs = append(c.dbs, name)
-	return dsnWithDatabase(c.t, c.env.pgDSN, name)
+	return pgtest.WithDatabase(c.t, c.env.pgDSN, name)
 }
 
 // extraSlot returns a further slot name of the test, dropped at the end.
@@ -153,21 +154,6 @@ func (c *contract) startArgs(args ...string) *walrelayProc {
 	c.runs++
 	return startWalrelay(c.t, fmt.Sprintf("%s#%d", c.short, c.runs),
 		filepath.Join(c.logDir, fmt.Sprintf("run-%d.log", c.runs)), args, nil)
-}
-
-// dsnWithDatabase returns dsn (URL or key=value) pointed at database db.
-func dsnWithDatabase(t *testing.T, dsn, db string) string {
-	t.Helper()
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatalf("parse DSN: %v", err)
-		}
-		u.Path = "/" + db
-		u.RawPath = ""
-		return u.String()
-	}
-	return dsn + " dbname=" + db
 }
 
 // connect opens a dedicated connection, closed at the end of the test.

@@ -93,16 +93,7 @@ func TestSIGTERMDrains(t *testing.T) {
 
 	// Two large transactions right before SIGTERM: walrelay is most likely in the middle
 	// of one, and the walsender has a backlog to send, when the signal arrives.
-	burst <- 3000
-	burst <- 3000
-	for range 2 {
-		select {
-		case tx := <-burstDone:
-			t.Logf("burst: txn %d with %d events committed, commit end ≤ %s", tx.Index, len(tx.Events), tx.PostLSN)
-		case <-time.After(60 * time.Second):
-			t.Fatal("the workload did not commit the burst transactions within 60 s")
-		}
-	}
+	commitBursts(t, burst, burstDone, 3000, 3000)
 	time.Sleep(time.Duration(rng.Int64N(int64(50 * time.Millisecond))))
 
 	p.sigterm()

@@ -51,16 +51,7 @@ func TestFaultSIGTERMFinalLSN(t *testing.T) {
 	o.burst, o.burstDone = burst, burstDone
 	stop := fw.runSteady(o)
 	time.Sleep(3*time.Second + time.Duration(rng.Int64N(int64(time.Second))))
-	burst <- 3000
-	burst <- 3000
-	for range 2 {
-		select {
-		case tx := <-burstDone:
-			t.Logf("burst: txn %d with %d events committed, commit end ≤ %s", tx.Index, len(tx.Events), tx.PostLSN)
-		case <-time.After(60 * time.Second):
-			t.Fatal("the workload did not commit the burst transactions within 60 s")
-		}
-	}
+	commitBursts(t, burst, burstDone, 3000, 3000)
 	time.Sleep(time.Duration(rng.Int64N(int64(50 * time.Millisecond))))
 
 	p.sigterm()

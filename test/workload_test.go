@@ -329,3 +329,20 @@ func (w *workload) lastPostLSN() lsn {
 	}
 	return 0
 }
+
+// commitBursts asks the running writer for one large transaction of each size on burst and
+// waits until all of them are committed (reported on done), within 60 s.
+func commitBursts(t *testing.T, burst chan<- int, done <-chan *txnRec, sizes ...int) {
+	t.Helper()
+	for _, n := range sizes {
+		burst <- n
+	}
+	for range sizes {
+		select {
+		case tx := <-done:
+			t.Logf("burst: txn %d with %d events committed, commit end ≤ %s", tx.Index, len(tx.Events), tx.PostLSN)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the workload did not commit the burst transactions within 60 s")
+		}
+	}
+}

@@ -59,13 +59,20 @@ func Database(t testing.TB, prefix string) string {
 		}
 		_ = admin.Close(ctx)
 	})
+	return WithDatabase(t, dsn, name)
+}
+
+// WithDatabase returns dsn (URL or key=value form) pointed at database db.
+func WithDatabase(t testing.TB, dsn, db string) string {
+	t.Helper()
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("parse DSN: %v", err)
 		}
-		u.Path = "/" + name
+		u.Path = "/" + db
+		u.RawPath = ""
 		return u.String()
 	}
-	return dsn + " dbname=" + name
+	return dsn + " dbname=" + db
 }

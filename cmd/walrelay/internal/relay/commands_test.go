@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
 func TestMainUsageAndExitCodes(t *testing.T) {
@@ -40,7 +42,7 @@ func TestMainUsageAndExitCodes(t *testing.T) {
 }
 
 func TestDoctorAndStatus(t *testing.T) {
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	pg := newPG(t, dsn)
 	pg.exec("DROP TABLE IF EXISTS public.doctor_outbox")
 	t.Cleanup(func() { pg.exec("DROP TABLE IF EXISTS public.doctor_outbox") })

@@ -19,12 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/sink"
-	"github.com/walrelay/walrelay/test/pgtest"
 )
-
-// testDSN returns the throwaway Postgres that `make test` starts. Without
-// it the test fails in CI and is skipped elsewhere.
-func testDSN(t *testing.T) string { return pgtest.DSN(t) }
 
 type pgHelper struct {
 	t    *testing.T
