@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,10 @@ type Config struct {
 	CloudEvents       bool
 	CloudEventsSource string
 	ContentType       string
+	// TLS and SASL secure the broker connections (see security.go); the
+	// zero values are plaintext without authentication.
+	TLS  TLSConfig
+	SASL SASLConfig
 }
 
 // Validate reports a configuration that cannot work, naming the key.
@@ -124,7 +129,7 @@ func (c Config) Validate() error {
 	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
 		return errors.New("kafka: topic partitions and replication factor must be -1 (broker default) or positive")
 	}
-	return nil
+	return c.validateSecurity()
 }
 
 func (c *Config) setDefaults() {
@@ -267,6 +272,11 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		// while running) fails after a while instead of retrying silently.
 		kgo.UnknownTopicRetries(30),
 	}
+	sec, err := securityOpts(cfg, os.Getenv, s.log)
+	if err != nil {
+		return nil, err
+	}
+	kopts = append(kopts, sec...)
 	kopts = append(kopts, s.extra...)
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
@@ -277,9 +287,13 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	return s, nil
 }
 
-// Ping checks that at least one broker answers.
+// Ping checks that at least one broker answers. A connection refused for a
+// TLS or SASL reason is a *SecurityError that names the setting to fix.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx); err != nil {
+		if serr := s.cfg.securityError(err); serr != nil {
+			return serr
+		}
 		return fmt.Errorf("kafka: no broker reachable at %s: %w", strings.Join(s.cfg.Brokers, ","), err)
 	}
 	return nil

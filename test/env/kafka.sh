@@ -16,6 +16,10 @@
 #   WALRELAY_CACHE               jar cache (default $HOME/.cache/walrelay), outside the work tree
 #   WALRELAY_TEST_KAFKA_HEAP     JVM heap flags (default "-Xms256m -Xmx512m")
 #   WALRELAY_TEST_KAFKA_START_TIMEOUT  seconds to wait for the broker (default 120)
+#   WALRELAY_TEST_KAFKA_SECURE   1: also listen with SASL_SSL on port+2 (SCRAM-SHA-512, PLAIN,
+#                                OAUTHBEARER unsecured JWS) and SSL with client certificates
+#                                required on port+3; a throwaway CA, certificates and users
+#                                are created in ./kafka/secure (remembered for restarts)
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -33,6 +37,50 @@ PIDFILE="$STATE/kafka.pid"
 PROPS="$STATE/server.properties"
 LOG4J="$STATE/log4j2.properties"
 START_TIMEOUT="${WALRELAY_TEST_KAFKA_START_TIMEOUT:-120}"
+SECURE="$STATE/secure"
+KAFKA_SASL_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 2))"
+KAFKA_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 3))"
+
+# secure_on: the broker has (or is to get) the SASL_SSL and SSL listeners.
+secure_on() { [ "${WALRELAY_TEST_KAFKA_SECURE:-0}" = 1 ] || [ -f "$SECURE/enabled" ]; }
+
+# secure_setup: a throwaway CA, the broker's PEM key store, a client certificate for mTLS
+# and random passwords for the SCRAM and PLAIN users (created once per state dir).
+secure_setup() {
+	[ -f "$SECURE/enabled" ] && return
+	command -v openssl >/dev/null || die "openssl not found"
+	mkdir -p "$SECURE"
+	(
+		cd "$SECURE"
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 -subj /CN=walrelay-test-ca
+		for n in broker client; do
+			openssl req -newkey rsa:2048 -nodes -keyout "$n.key" -out "$n.csr" -subj "/CN=walrelay-test-$n"
+			openssl x509 -req -in "$n.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 -out "$n.pem" \
+				-extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n')
+		done
+		cat broker.key broker.pem ca.pem >broker-keystore.pem
+		printf 'walrelay\n' >scram-user
+		printf 'plainuser\n' >plain-user
+		openssl rand -hex 16 >scram-password
+		openssl rand -hex 16 >plain-password
+	) >"$STATE/secure.log" 2>&1 || { cat "$STATE/secure.log" >&2; die "creating test certificates failed"; }
+	: >"$SECURE/enabled"
+}
+
+# secure_config: the server.properties lines of the secured listeners.
+secure_config() {
+	cat <<EOF
+ssl.keystore.type=PEM
+ssl.keystore.location=$SECURE/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECURE/ca.pem
+listener.name.ssl.ssl.client.auth=required
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN,OAUTHBEARER
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$(cat "$SECURE/plain-user")="$(cat "$SECURE/plain-password")";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="walrelay-broker";
+EOF
+}
 
 fetch() {
 	if [ -f "$LIBS/.complete" ]; then
@@ -89,16 +137,23 @@ jvm() {
 
 write_config() {
 	mkdir -p "$DATA" "$STATE/logs"
+	local listeners="PLAINTEXT://$KAFKA_ADDR,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT" advertised="PLAINTEXT://$KAFKA_ADDR"
+	local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	if secure_on; then
+		listeners+=",SASL_SSL://$KAFKA_SASL_SSL_ADDR,SSL://$KAFKA_SSL_ADDR"
+		advertised+=",SASL_SSL://$KAFKA_SASL_SSL_ADDR,SSL://$KAFKA_SSL_ADDR"
+		protocols+=",SASL_SSL:SASL_SSL,SSL:SSL"
+	fi
 	cat >"$PROPS" <<EOF
 # Written by test/env/kafka.sh on every start; edits are lost.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$DATA
 num.partitions=3
 default.replication.factor=1
@@ -118,6 +173,7 @@ broker.session.timeout.ms=3000
 num.network.threads=2
 num.io.threads=4
 EOF
+	if secure_on; then secure_config >>"$PROPS"; fi
 	cat >"$LOG4J" <<EOF
 # Written by test/env/kafka.sh: everything goes to $STATE/logs/server.log, nothing to the terminal.
 status = warn
@@ -145,7 +201,16 @@ EOF
 }
 
 format_storage() {
-	if [ -f "$DATA/meta.properties" ]; then return; fi
+	if [ -f "$DATA/meta.properties" ]; then
+		if secure_on && [ ! -f "$SECURE/formatted" ]; then
+			die "$DATA was formatted without WALRELAY_TEST_KAFKA_SECURE=1 (no SCRAM user): stop, remove $STATE and start again"
+		fi
+		return
+	fi
+	local scram=()
+	if secure_on; then
+		scram=(--add-scram "SCRAM-SHA-512=[name=$(cat "$SECURE/scram-user"),password=$(cat "$SECURE/scram-password")]")
+	fi
 	local id
 	if [ -s "$STATE/cluster.id" ]; then
 		id="$(cat "$STATE/cluster.id")"
@@ -155,8 +220,9 @@ format_storage() {
 		printf '%s\n' "$id" >"$STATE/cluster.id"
 	fi
 	log "formatting $DATA (cluster id $id)"
-	jvm kafka.tools.StorageTool format -t "$id" -c "$PROPS" >>"$STATE/format.log" 2>&1 ||
+	jvm kafka.tools.StorageTool format -t "$id" -c "$PROPS" "${scram[@]}" >>"$STATE/format.log" 2>&1 ||
 		{ cat "$STATE/format.log" >&2; die "StorageTool format failed"; }
+	if secure_on; then : >"$SECURE/formatted"; fi
 }
 
 broker_pid() {
@@ -210,7 +276,7 @@ cmd_start() {
 	fi
 	fetch
 	local p deadline=$((SECONDS + 10))
-	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" $(secure_on && echo $((KAFKA_PORT + 2)) $((KAFKA_PORT + 3))); do
 		while port_open "$p"; do
 			[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$p is taken by another process"
 			sleep 0.2
@@ -218,6 +284,7 @@ cmd_start() {
 	done
 	ensure_state_dir "$WALRELAY_TEST_DIR"
 	mkdir -p "$STATE"
+	if secure_on; then secure_setup; fi
 	write_config
 	format_storage
 	register kafka
@@ -279,6 +346,11 @@ cmd_env() {
 	emit_export WALRELAY_TEST_KAFKA "$KAFKA_ADDR"
 	emit_export WALRELAY_TEST_KAFKA_PORT "$KAFKA_PORT"
 	emit_export WALRELAY_TEST_KAFKA_LOG "$STATE/logs/server.log"
+	if [ -f "$SECURE/formatted" ]; then
+		emit_export WALRELAY_TEST_KAFKA_SASL_SSL "$KAFKA_SASL_SSL_ADDR"
+		emit_export WALRELAY_TEST_KAFKA_SSL "$KAFKA_SSL_ADDR"
+		emit_export WALRELAY_TEST_KAFKA_SECURE_DIR "$SECURE"
+	fi
 }
 
 case "${1:-}" in

@@ -73,6 +73,14 @@ type Config struct {
 	LogLevel  string
 	LogFormat string
 	PProf     bool
+
+	// Kafka connection security (sink.TLSConfig, sink.SASLConfig) and the
+	// files secrets may be read from instead (see readSecretFiles).
+	KafkaClientID    string
+	KafkaTLS         sink.TLSConfig
+	KafkaSASL        sink.SASLConfig
+	PostgresDSNFile  string
+	SASLPasswordFile string
 }
 
 // setting binds one configuration key to its flag, env var and YAML key.
@@ -266,7 +274,48 @@ func (c *Config) settings() []setting {
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
 		{"log-format", "json or text", stringVal{&c.LogFormat}},
 		{"pprof", "serve Go profiles under /debug/pprof/ on the metrics address", boolVal{&c.PProf}},
+		{"postgres-dsn-file", "file holding the Postgres DSN (instead of --postgres-dsn)", stringVal{&c.PostgresDSNFile}},
+		{"kafka-client-id", "Kafka client id (broker logs, quotas, ACL audit)", stringVal{&c.KafkaClientID}},
+		{"kafka-tls", "connect to the brokers with TLS (system roots unless --kafka-tls-ca-file)", boolVal{&c.KafkaTLS.Enabled}},
+		{"kafka-tls-ca-file", "PEM file of the CA(s) that sign the brokers' certificates; implies TLS", stringVal{&c.KafkaTLS.CAFile}},
+		{"kafka-tls-cert-file", "PEM client certificate for mTLS (with --kafka-tls-key-file); implies TLS", stringVal{&c.KafkaTLS.CertFile}},
+		{"kafka-tls-key-file", "PEM private key of --kafka-tls-cert-file", stringVal{&c.KafkaTLS.KeyFile}},
+		{"kafka-tls-server-name", "name checked against the brokers' certificates instead of the broker host; implies TLS", stringVal{&c.KafkaTLS.ServerName}},
+		{"kafka-tls-insecure-skip-verify", "accept any broker certificate (tests only; logs a warning); implies TLS", boolVal{&c.KafkaTLS.InsecureSkipVerify}},
+		{"sasl-mechanism", "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (empty: none)", stringVal{&c.KafkaSASL.Mechanism}},
+		{"sasl-username", "SASL username (PLAIN, SCRAM)", stringVal{&c.KafkaSASL.Username}},
+		{"sasl-password", "SASL password (PLAIN, SCRAM); prefer --sasl-password-file or the env var", stringVal{&c.KafkaSASL.Password}},
+		{"sasl-password-file", "file holding the SASL password", stringVal{&c.SASLPasswordFile}},
+		{"sasl-oauth-token-file", "file holding the OAUTHBEARER token, read again on every authentication", stringVal{&c.KafkaSASL.OAuthTokenFile}},
 	}
+}
+
+// readSecretFiles replaces each secret with the contents of its -file
+// setting, when set. Trailing newlines are not part of the secret. Setting
+// a secret both directly and by file is an error.
+func (c *Config) readSecretFiles() error {
+	for _, f := range []struct {
+		key, path string
+		dst       *string
+	}{
+		{"postgres-dsn", c.PostgresDSNFile, &c.PostgresDSN},
+		{"sasl-password", c.SASLPasswordFile, &c.KafkaSASL.Password},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if *f.dst != "" {
+			return &ConfigError{Key: f.key + "-file", Err: fmt.Errorf("both --%s and --%s-file are set; keep one", f.key, f.key)}
+		}
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return &ConfigError{Key: f.key + "-file", Err: err}
+		}
+		if *f.dst = strings.TrimRight(string(b), "\r\n"); *f.dst == "" {
+			return &ConfigError{Key: f.key + "-file", Err: fmt.Errorf("%s is empty", f.path)}
+		}
+	}
+	return nil
 }
 
 // ConfigError is a configuration value walrelay refuses, naming the key and
@@ -339,6 +388,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	if ferr != nil {
 		return Config{}, ferr
 	}
+	if err := cfg.readSecretFiles(); err != nil {
+		return Config{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -401,7 +453,7 @@ func (c Config) Validate() error {
 		return &ConfigError{Key: key, Err: fmt.Errorf(format, a...)}
 	}
 	if c.PostgresDSN == "" {
-		return bad("postgres-dsn", "required, e.g. postgres://walrelay@db:5432/app")
+		return bad("postgres-dsn", "required, e.g. postgres://walrelay@db:5432/app (or --postgres-dsn-file)")
 	}
 	if len(c.KafkaBrokers) == 0 {
 		return bad("kafka-brokers", "required, e.g. kafka1:9092,kafka2:9092")
@@ -482,6 +534,14 @@ func (c Config) Validate() error {
 }
 
 func classifySinkErr(err error) error {
+	var se *sink.SettingError
+	if errors.As(err, &se) {
+		key := se.Setting
+		if !strings.HasPrefix(key, "sasl-") {
+			key = "kafka-" + key
+		}
+		return &ConfigError{Key: key, Err: se.Err}
+	}
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "kafka brokers"):
@@ -554,6 +614,9 @@ func (c Config) sinkConfig() sink.Config {
 		TopicPartitions:        int32(c.TopicPartitions),
 		TopicReplicationFactor: int16(c.TopicReplicationFactor),
 		DLQTopic:               c.DLQTopic,
+		ClientID:               c.KafkaClientID,
+		TLS:                    c.KafkaTLS,
+		SASL:                   c.KafkaSASL,
 	}
 }
 

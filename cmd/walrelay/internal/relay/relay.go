@@ -69,6 +69,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log))
 	if err != nil {
+		var se *sink.SettingError // a TLS or secret file that cannot be read
+		if errors.As(err, &se) {
+			return classifySinkErr(err)
+		}
 		return err
 	}
 	defer snk.Close()
@@ -78,6 +82,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
+		}
+		var se *sink.SecurityError
+		if errors.As(err, &se) { // its message names the setting to fix
+			return &StartupError{err}
 		}
 		return &StartupError{fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)}
 	}

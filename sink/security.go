@@ -1,0 +1,327 @@
+package sink
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/aws"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// TLSConfig secures the connections to the brokers. The zero value is
+// plaintext.
+type TLSConfig struct {
+	// Enabled turns TLS on; it is implied by every other field. Without
+	// CAFile the system's root certificates verify the brokers.
+	Enabled bool
+	// CAFile is a PEM file of the certificates that sign the brokers'
+	// certificates (instead of the system roots).
+	CAFile string
+	// CertFile and KeyFile are the PEM client certificate and its private
+	// key, for brokers that require client certificates (mTLS). Both or
+	// neither.
+	CertFile string
+	KeyFile  string
+	// ServerName is the name checked against the brokers' certificates
+	// instead of the host of each broker address.
+	ServerName string
+	// InsecureSkipVerify accepts any broker certificate. For tests only: it
+	// makes the connection open to interception, and New logs a warning.
+	InsecureSkipVerify bool
+}
+
+func (c TLSConfig) enabled() bool {
+	return c.Enabled || c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.ServerName != "" || c.InsecureSkipVerify
+}
+
+// SASL mechanism names, as Kafka spells them.
+const (
+	MechanismPlain       = "PLAIN"
+	MechanismScramSHA256 = "SCRAM-SHA-256"
+	MechanismScramSHA512 = "SCRAM-SHA-512"
+	MechanismOAuthBearer = "OAUTHBEARER"
+	MechanismAWSMSKIAM   = "AWS_MSK_IAM"
+)
+
+// SASLConfig authenticates walrelay to the brokers. The zero value sends no
+// authentication.
+type SASLConfig struct {
+	// Mechanism is one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER,
+	// AWS_MSK_IAM (case-insensitive; "" disables SASL).
+	Mechanism string
+	// Username and Password are the credentials of PLAIN and SCRAM.
+	Username string
+	Password string
+	// OAuthTokenFile holds the OAUTHBEARER token. It is read again on every
+	// authentication (each new connection and each re-authentication the
+	// broker asks for), so a sidecar can replace the token while walrelay
+	// runs.
+	OAuthTokenFile string
+	// AWS_MSK_IAM reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the
+	// optional AWS_SESSION_TOKEN from the environment on every
+	// authentication.
+}
+
+// mechanism returns the canonical mechanism name, "" for none.
+func (c SASLConfig) mechanism() string {
+	m := strings.ToUpper(strings.TrimSpace(c.Mechanism))
+	if m == "AWS-MSK-IAM" {
+		m = MechanismAWSMSKIAM
+	}
+	return m
+}
+
+// SettingError is a security setting that cannot work. Setting is the
+// walrelay setting to change (flag name without dashes, e.g.
+// "sasl-password"); Err says why.
+type SettingError struct {
+	Setting string
+	Err     error
+}
+
+func (e *SettingError) Error() string { return "kafka " + e.Setting + ": " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
+
+func settingErr(setting, format string, a ...any) error {
+	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}
+}
+
+// validateSecurity checks the TLS and SASL settings without touching files.
+func (c Config) validateSecurity() error {
+	t, s := c.TLS, c.SASL
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		if t.CertFile == "" {
+			return settingErr("tls-cert-file", "a client key is set without its certificate (set --kafka-tls-cert-file too)")
+		}
+		return settingErr("tls-key-file", "a client certificate is set without its private key (set --kafka-tls-key-file too)")
+	}
+	mech := s.mechanism()
+	switch mech {
+	case "":
+		switch {
+		case s.Username != "" || s.Password != "":
+			return settingErr("sasl-mechanism", "a SASL username or password is set but no mechanism (set --sasl-mechanism)")
+		case s.OAuthTokenFile != "":
+			return settingErr("sasl-mechanism", "an OAuth token file is set but no mechanism (set --sasl-mechanism OAUTHBEARER)")
+		}
+	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
+		if s.Username == "" {
+			return settingErr("sasl-username", "%s needs a username (set --sasl-username)", mech)
+		}
+		if s.Password == "" {
+			return settingErr("sasl-password", "%s needs a password (set --sasl-password-file or WALRELAY_SASL_PASSWORD)", mech)
+		}
+	case MechanismOAuthBearer:
+		if s.OAuthTokenFile == "" {
+			return settingErr("sasl-oauth-token-file", "OAUTHBEARER needs a token file (set --sasl-oauth-token-file)")
+		}
+	case MechanismAWSMSKIAM:
+		if !t.enabled() {
+			return settingErr("tls", "AWS_MSK_IAM signs requests that must only go over TLS (set --kafka-tls)")
+		}
+	default:
+		return settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", s.Mechanism)
+	}
+	if mech != MechanismOAuthBearer && s.OAuthTokenFile != "" {
+		return settingErr("sasl-oauth-token-file", "only used with --sasl-mechanism OAUTHBEARER, not %s", mech)
+	}
+	return nil
+}
+
+// securityOpts returns the franz-go options for c's TLS and SASL settings,
+// reading the CA and client certificate files now. getenv supplies the AWS
+// credentials.
+func securityOpts(c Config, getenv func(string) string, log *slog.Logger) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	tc, err := buildTLS(c.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		if tc.InsecureSkipVerify {
+			log.Warn("kafka TLS certificate verification is disabled (--kafka-tls-insecure-skip-verify): " +
+				"anyone between walrelay and the brokers can read and change the traffic; set --kafka-tls-ca-file instead")
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	mech, err := buildSASL(c.SASL, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if mech != nil {
+		if tc == nil && mech.Name() == MechanismPlain {
+			log.Warn("SASL PLAIN without TLS sends the password in clear text; set --kafka-tls")
+		}
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return opts, nil
+}
+
+// buildTLS returns the client TLS configuration, nil when TLS is off.
+func buildTLS(c TLSConfig) (*tls.Config, error) {
+	if !c.enabled() {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in, warned about
+	if c.CAFile != "" {
+		b, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, settingErr("tls-ca-file", "read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, settingErr("tls-ca-file", "%s holds no PEM certificate", c.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			// crypto/tls names neither file nor key material in its errors.
+			return nil, settingErr("tls-cert-file", "load client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// buildSASL returns the SASL mechanism, nil when SASL is off.
+func buildSASL(c SASLConfig, getenv func(string) string) (sasl.Mechanism, error) {
+	switch c.mechanism() {
+	case "":
+		return nil, nil
+	case MechanismPlain:
+		return plain.Auth{User: c.Username, Pass: c.Password}.AsMechanism(), nil
+	case MechanismScramSHA256:
+		return scram.Auth{User: c.Username, Pass: c.Password}.AsSha256Mechanism(), nil
+	case MechanismScramSHA512:
+		return scram.Auth{User: c.Username, Pass: c.Password}.AsSha512Mechanism(), nil
+	case MechanismOAuthBearer:
+		path := c.OAuthTokenFile
+		if _, err := readToken(path); err != nil {
+			return nil, err
+		}
+		return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+			tok, err := readToken(path)
+			if err != nil {
+				return oauth.Auth{}, err
+			}
+			return oauth.Auth{Token: tok}, nil
+		}), nil
+	case MechanismAWSMSKIAM:
+		if _, err := awsAuth(getenv); err != nil {
+			return nil, err
+		}
+		return aws.ManagedStreamingIAM(func(context.Context) (aws.Auth, error) {
+			return awsAuth(getenv)
+		}), nil
+	}
+	return nil, settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism)
+}
+
+// readToken reads the OAUTHBEARER token file; surrounding white space (a
+// trailing newline) is not part of the token.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", settingErr("sasl-oauth-token-file", "read token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", settingErr("sasl-oauth-token-file", "%s is empty", path)
+	}
+	return tok, nil
+}
+
+func awsAuth(getenv func(string) string) (aws.Auth, error) {
+	a := aws.Auth{
+		AccessKey:    getenv("AWS_ACCESS_KEY_ID"),
+		SecretKey:    getenv("AWS_SECRET_ACCESS_KEY"),
+		SessionToken: getenv("AWS_SESSION_TOKEN"),
+		UserAgent:    "walrelay",
+	}
+	if a.AccessKey == "" || a.SecretKey == "" {
+		return aws.Auth{}, settingErr("sasl-mechanism", "AWS_MSK_IAM needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+	}
+	return a, nil
+}
+
+// SecurityError is a connection to Kafka refused for a TLS or SASL reason.
+// Its message names the setting that fixes it; retrying without changing
+// the configuration cannot succeed.
+type SecurityError struct {
+	Msg string
+	Err error
+}
+
+func (e *SecurityError) Error() string { return e.Msg + ": " + e.Err.Error() }
+func (e *SecurityError) Unwrap() error { return e.Err }
+
+// securityError explains err when it is a TLS or SASL failure, else nil.
+func (c Config) securityError(err error) error {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		recordErr tls.RecordHeaderError
+		opErr     *net.OpError
+		se        *SettingError
+	)
+	mech := c.SASL.mechanism()
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		var msg string
+		switch mech {
+		case MechanismOAuthBearer:
+			msg = "kafka: SASL OAUTHBEARER authentication failed (check the token in --sasl-oauth-token-file)"
+		case MechanismAWSMSKIAM:
+			msg = "kafka: SASL AWS_MSK_IAM authentication failed (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and the IAM policy of the cluster)"
+		default:
+			msg = fmt.Sprintf("kafka: SASL authentication failed for user %q with %s (check --sasl-username/--sasl-password-file)", c.SASL.Username, mech)
+		}
+		return &SecurityError{Msg: msg, Err: err}
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return &SecurityError{Msg: fmt.Sprintf("kafka: the broker listener does not enable SASL mechanism %s (set --sasl-mechanism to one it enables, or use the listener for it)", mech), Err: err}
+	case errors.Is(err, kerr.IllegalSaslState) && mech == "":
+		return &SecurityError{Msg: "kafka: the broker listener requires SASL (set --sasl-mechanism and its credentials)", Err: err}
+	case errors.As(err, &unknownCA):
+		return &SecurityError{Msg: "kafka TLS: certificate signed by unknown authority (set --kafka-tls-ca-file to the CA that signed the broker's certificate)", Err: err}
+	case errors.As(err, &hostErr):
+		return &SecurityError{Msg: "kafka TLS: the broker's certificate is not valid for the name walrelay dialed (set --kafka-tls-server-name to a name in the certificate, or list the brokers by that name)", Err: err}
+	case errors.As(err, &invalid):
+		return &SecurityError{Msg: "kafka TLS: the broker's certificate is invalid (renew it, or check the clock)", Err: err}
+	case errors.As(err, &recordErr):
+		return &SecurityError{Msg: "kafka TLS: the broker does not speak TLS on this port (use its TLS listener, or turn --kafka-tls off)", Err: err}
+	case errors.As(err, &opErr) && opErr.Op == "remote error" && isClientCertAlert(opErr.Err):
+		return &SecurityError{Msg: "kafka TLS: the broker rejected the client certificate (set --kafka-tls-cert-file/--kafka-tls-key-file to a certificate signed by a CA the broker trusts)", Err: err}
+	case errors.As(err, &se):
+		return &SecurityError{Msg: "kafka: cannot authenticate", Err: err}
+	}
+	return nil
+}
+
+// isClientCertAlert reports a TLS alert by which a broker refuses walrelay's
+// client certificate (or its absence). crypto/tls does not export the alert
+// type of a TCP connection, only its text.
+func isClientCertAlert(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch err.Error() {
+	case "tls: bad certificate", "tls: certificate required", "tls: unknown certificate authority":
+		return true
+	}
+	return false
+}
