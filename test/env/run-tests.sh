@@ -5,6 +5,7 @@
 # The tests see (exported):
 #   WALRELAY_TEST_PG_DSN, WALRELAY_TEST_PG_PORT, WALRELAY_TEST_PGDATA, WALRELAY_TEST_PGBIN,
 #   WALRELAY_TEST_PG_LOG, WALRELAY_TEST_KAFKA, WALRELAY_TEST_KAFKA_LOG, WALRELAY_TEST_DIR,
+#   WALRELAY_TEST_KAFKA_SASL_SSL, WALRELAY_TEST_KAFKA_SSL, WALRELAY_TEST_KAFKA_SECURE_DIR,
 #   WALRELAY_TEST_ENV_DIR (this directory: pg.sh restart-immediate, kafka.sh kill|restart, ...),
 #   WALRELAY_TEST_REGISTRY (services started through pg.sh/kafka.sh are stopped at the end,
 #   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
@@ -50,7 +51,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$WALRELAY_ENV_DIR/pg.sh" start 8>&-
-"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
+# The broker also gets SASL_SSL and mTLS listeners for test/security_test.go.
+WALRELAY_TEST_KAFKA_SECURE=1 "$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
 eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
 eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
 env | grep '^WALRELAY_TEST_' | sort >&2
