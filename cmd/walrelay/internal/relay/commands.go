@@ -78,6 +78,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		dsn := fs.String("postgres-dsn", getenv("WALRELAY_POSTGRES_DSN"), "Postgres connection (env WALRELAY_POSTGRES_DSN)")
+		dsnFile := fs.String("postgres-dsn-file", getenv("WALRELAY_POSTGRES_DSN_FILE"), "file holding the Postgres DSN (env WALRELAY_POSTGRES_DSN_FILE)")
 		table := fs.String("table", envOr(getenv, "WALRELAY_TABLE", "public.outbox"), "outbox table, schema.name (env WALRELAY_TABLE)")
 		slot := fs.String("slot", envOr(getenv, "WALRELAY_SLOT", "walrelay"), "replication slot (env WALRELAY_SLOT)")
 		partitioned := fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
@@ -89,6 +90,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return ExitConfig
 		}
 		log := newLogger(stderr, "info", "json")
+		if err := readSecretFile("postgres-dsn", *dsnFile, dsn); err != nil {
+			log.Error("invalid configuration", "error", err.Error())
+			return ExitConfig
+		}
 		if *dsn == "" {
 			log.Error("invalid configuration", "error", (&ConfigError{Key: "postgres-dsn", Err: errors.New("required")}).Error())
 			return ExitConfig

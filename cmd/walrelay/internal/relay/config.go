@@ -301,19 +301,28 @@ func (c *Config) readSecretFiles() error {
 		{"postgres-dsn", c.PostgresDSNFile, &c.PostgresDSN},
 		{"sasl-password", c.SASLPasswordFile, &c.KafkaSASL.Password},
 	} {
-		if f.path == "" {
-			continue
+		if err := readSecretFile(f.key, f.path, f.dst); err != nil {
+			return err
 		}
-		if *f.dst != "" {
-			return &ConfigError{Key: f.key + "-file", Err: fmt.Errorf("both --%s and --%s-file are set; keep one", f.key, f.key)}
-		}
-		b, err := os.ReadFile(f.path)
-		if err != nil {
-			return &ConfigError{Key: f.key + "-file", Err: err}
-		}
-		if *f.dst = strings.TrimRight(string(b), "\r\n"); *f.dst == "" {
-			return &ConfigError{Key: f.key + "-file", Err: fmt.Errorf("%s is empty", f.path)}
-		}
+	}
+	return nil
+}
+
+// readSecretFile sets *dst to the contents of path (without trailing
+// newlines) when path is set; key names the secret's setting.
+func readSecretFile(key, path string, dst *string) error {
+	if path == "" {
+		return nil
+	}
+	if *dst != "" {
+		return &ConfigError{Key: key + "-file", Err: fmt.Errorf("both --%s and --%s-file are set; keep one", key, key)}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return &ConfigError{Key: key + "-file", Err: err}
+	}
+	if *dst = strings.TrimRight(string(b), "\r\n"); *dst == "" {
+		return &ConfigError{Key: key + "-file", Err: fmt.Errorf("%s is empty", path)}
 	}
 	return nil
 }

@@ -100,3 +100,27 @@ func TestLoadRefusesBadSecurity(t *testing.T) {
 		})
 	}
 }
+
+// TestDSNFileEverywhere: migrate, status and prune also read the DSN from a
+// file, and a DSN that does not parse is reported without its password.
+func TestDSNFileEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	dsnFile := writeFile(t, dir, "dsn", "postgres://u:pg-secret@h/db\n")
+	cfg, err := loadPruneConfig([]string{"--older-than", "72h"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
+	if err != nil || cfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
+		t.Errorf("prune: %v, dsn %q", err, cfg.PostgresDSN)
+	}
+	for _, cmd := range []string{"migrate", "status"} {
+		var stderr strings.Builder
+		code := Main(t.Context(), []string{cmd, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
+		if code != ExitConfig || !strings.Contains(stderr.String(), "postgres-dsn-file") {
+			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd, code, stderr.String())
+		}
+	}
+	bad := writeFile(t, dir, "bad", "postgres://u:pg-secret@h:notaport/db")
+	_, err = Load([]string{"--postgres-dsn-file", bad, "--kafka-brokers", "k:9092"}, envMap(nil), io.Discard)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "postgres-dsn" || strings.Contains(err.Error(), "pg-secret") {
+		t.Errorf("bad DSN: %v; want a postgres-dsn error without the password", err)
+	}
+}

@@ -42,6 +42,8 @@ type PruneConfig struct {
 	CreatedAtColumn string
 	// DryRun counts what would go and changes nothing.
 	DryRun bool
+	// PostgresDSNFile holds the DSN instead of PostgresDSN.
+	PostgresDSNFile string
 }
 
 // DefaultPruneConfig returns the prune configuration used when nothing is
@@ -58,6 +60,7 @@ func (c *PruneConfig) settings() []setting {
 		{"batch-size", "`rows` deleted per transaction", intVal{&c.BatchSize}},
 		{"created-at-column", "timestamp `column` compared with the cutoff", stringVal{&c.CreatedAtColumn}},
 		{"dry-run", "count what would be pruned, delete nothing", boolVal{&c.DryRun}},
+		{"postgres-dsn-file", "`file` holding the Postgres DSN (instead of --postgres-dsn)", stringVal{&c.PostgresDSNFile}},
 	}
 }
 
@@ -215,6 +218,9 @@ func loadPruneConfig(args []string, getenv func(string) string, stderr io.Writer
 	}
 	if fs.NArg() > 0 {
 		return PruneConfig{}, fmt.Errorf("invalid command line: unexpected argument %q (see walrelay prune -h)", fs.Arg(0))
+	}
+	if err := readSecretFile("postgres-dsn", cfg.PostgresDSNFile, &cfg.PostgresDSN); err != nil {
+		return PruneConfig{}, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return PruneConfig{}, err
