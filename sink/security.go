@@ -74,6 +74,19 @@ type SASLConfig struct {
 	// authentication.
 }
 
+// String shows the settings with the password masked, so that a
+// configuration printed with %v or %+v does not reveal it.
+func (c SASLConfig) String() string {
+	pass := ""
+	if c.Password != "" {
+		pass = "xxxxx"
+	}
+	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s OAuthTokenFile:%s}", c.Mechanism, c.Username, pass, c.OAuthTokenFile)
+}
+
+// LogValue masks the password in log attributes.
+func (c SASLConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // mechanism returns the canonical mechanism name, "" for none.
 func (c SASLConfig) mechanism() string {
 	m := strings.ToUpper(strings.TrimSpace(c.Mechanism))

@@ -403,3 +403,14 @@ func TestSinkTLSAndSCRAM(t *testing.T) {
 		}
 	}
 }
+
+func TestSASLConfigHidesPassword(t *testing.T) {
+	cfg := Config{Brokers: []string{"k:9092"}, SASL: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "hunter2"}}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "sasl", cfg.SASL)
+	for _, s := range []string{fmt.Sprintf("%v", cfg), fmt.Sprintf("%+v", cfg), fmt.Sprint(cfg.SASL), buf.String()} {
+		if strings.Contains(s, "hunter2") || !strings.Contains(s, "xxxxx") {
+			t.Errorf("password not masked: %s", s)
+		}
+	}
+}
