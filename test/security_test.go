@@ -89,7 +89,8 @@ func otherCA(t *testing.T, path string) {
 
 // TestKafkaSecurity relays events over SASL_SSL with SCRAM-SHA-512, then
 // PLAIN, then OAUTHBEARER (token from a file), then over SSL with a client
-// certificate (mTLS), each run picking up on the same slot; every committed
+// certificate (mTLS), then with certificate checks off (one WARN line), each
+// run picking up on the same slot; every committed
 // event arrives once, in order. A wrong password, an untrusted CA and a
 // missing client certificate each stop walrelay at start with exactly one
 // ERROR line that names the fix. No secret (SASL passwords, OAuth token, the
@@ -147,6 +148,8 @@ func TestKafkaSecurity(t *testing.T) {
 			"--kafka-tls-ca-file", k.file("ca.pem")), nil},
 		{"mtls", base(k.ssl, "--kafka-tls-ca-file", k.file("ca.pem"), "--kafka-tls-cert-file", k.file("client.pem"),
 			"--kafka-tls-key-file", k.file("client.key")), nil},
+		{"insecure", base(k.saslSSL, "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", k.read(t, "scram-user"),
+			"--kafka-tls-insecure-skip-verify"), []string{"WALRELAY_SASL_PASSWORD=" + scramPass}},
 	}
 	w := newWorkload(t, env, s.table, 20, newRandFrom(rng))
 	var procs []*walrelayProc
@@ -163,6 +166,17 @@ func TestKafkaSecurity(t *testing.T) {
 		if i == 0 {
 			checkPagesHideSecrets(t, addr, secrets)
 		}
+		if r.name == "insecure" {
+			var warns int
+			for _, m := range p.logLines() {
+				if msg, _ := m["msg"].(string); m["level"] == "WARN" && strings.Contains(msg, "--kafka-tls-insecure-skip-verify") {
+					warns++
+				}
+			}
+			if warns != 1 {
+				t.Errorf("insecure: %d WARN lines about --kafka-tls-insecure-skip-verify, want 1\n%s", warns, p.tail(20))
+			}
+		}
 		p.sigterm()
 		if !p.waitExit(30*time.Second) || p.exitCode() != 0 {
 			t.Fatalf("%s: walrelay did not stop cleanly after SIGTERM (%s)\n%s", r.name, p.exitStatus(), p.tail(20))
@@ -172,8 +186,8 @@ func TestKafkaSecurity(t *testing.T) {
 	res := verify(t, s, w)
 	t.Log(res.summary("security"))
 	res.requireClean(t)
-	if _, ctxns, cevents, _ := w.stats(); ctxns != 80 || res.delivered != cevents || res.duplicates != 0 {
-		t.Errorf("want the %d events of 80 transactions delivered once each: delivered=%d duplicates=%d", cevents, res.delivered, res.duplicates)
+	if _, ctxns, cevents, _ := w.stats(); ctxns != 20*len(runs) || res.delivered != cevents || res.duplicates != 0 {
+		t.Errorf("want the %d events of %d transactions delivered once each: delivered=%d duplicates=%d", cevents, ctxns, res.delivered, res.duplicates)
 	}
 
 	wrongFile := write("wrong-password", wrongPass+"\n")
