@@ -1,12 +1,20 @@
 package relay
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walrelay/walrelay/sink"
 )
@@ -122,5 +130,32 @@ func TestDSNFileEverywhere(t *testing.T) {
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Key != "postgres-dsn" || strings.Contains(err.Error(), "pg-secret") {
 		t.Errorf("bad DSN: %v; want a postgres-dsn error without the password", err)
+	}
+}
+
+// TestRunRefusesUnreadableTLSFiles: a client certificate that does not match
+// its key stops Run before anything connects, as a configuration error
+// naming the setting.
+func TestRunRefusesUnreadableTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDER, _ := x509.MarshalPKCS8PrivateKey(other)
+	cert := writeFile(t, dir, "client.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	wrongKey := writeFile(t, dir, "other.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: otherDER})))
+	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--kafka-brokers", "127.0.0.1:1",
+		"--kafka-tls-cert-file", cert, "--kafka-tls-key-file", wrongKey}, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Run(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "kafka-tls-cert-file" || !strings.Contains(err.Error(), "private key does not match") {
+		t.Fatalf("Run: %v; want a kafka-tls-cert-file ConfigError about the key", err)
 	}
 }
