@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -213,6 +214,12 @@ type Conn struct {
 	Start pglogrepl.LSN
 	// Created reports that Open created the slot.
 	Created bool
+	// TableOIDs are the outbox tables' OIDs by "schema.name", looked up when
+	// the connection opened, after OIDsReadAt was read (pg_current_wal_lsn()).
+	// A publication holds tables by OID: the decoder uses them to recognise
+	// an outbox table that was renamed or moved (decoder.Table.OID).
+	TableOIDs  map[string]uint32
+	OIDsReadAt pglogrepl.LSN
 }
 
 // Open connects with replication=database, checks the prerequisites, creates
@@ -286,10 +293,25 @@ func (c *Conn) setup(ctx context.Context) error {
 	if err := c.checkServer(ctx); err != nil {
 		return err
 	}
+	// The WAL position first, then the OIDs: a change at or after it was
+	// written after the lookup began (see decoder.Config.OIDsReadAt).
+	rows, err := c.query(ctx, "SELECT pg_current_wal_lsn()::text")
+	if err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return errors.New("read the current WAL position: unexpected result")
+	}
+	if c.OIDsReadAt, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	c.TableOIDs = make(map[string]uint32, len(c.tables))
 	for _, t := range c.tables {
-		if err := c.checkTable(ctx, t); err != nil {
+		oid, err := c.checkTable(ctx, t)
+		if err != nil {
 			return err
 		}
+		c.TableOIDs[t.String()] = oid
 	}
 	if err := c.ensurePublication(ctx); err != nil {
 		return err
@@ -322,20 +344,25 @@ func (c *Conn) checkServer(ctx context.Context) error {
 	return nil
 }
 
-func (c *Conn) checkTable(ctx context.Context, t TableName) error {
+// checkTable reports a missing table, else returns its OID.
+func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	ls, err := c.lit(t.Quoted())
 	if err != nil {
-		return err
+		return 0, err
 	}
-	rows, err := c.query(ctx, "SELECT to_regclass("+ls+") IS NOT NULL")
+	rows, err := c.query(ctx, "SELECT coalesce(to_regclass("+ls+")::oid, 0)")
 	if err != nil {
-		return fmt.Errorf("check table %s: %w", t, err)
+		return 0, fmt.Errorf("check table %s: %w", t, err)
 	}
-	if len(rows) != 1 || string(rows[0][0]) != "t" {
-		return &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
+	var oid uint64
+	if len(rows) == 1 && len(rows[0]) == 1 {
+		oid, _ = strconv.ParseUint(string(rows[0][0]), 10, 32)
+	}
+	if oid == 0 {
+		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
 			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table", t)}
 	}
-	return nil
+	return uint32(oid), nil
 }
 
 func (c *Conn) ensurePublication(ctx context.Context) error {
@@ -472,7 +499,8 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	}
 	add("server", c.checkServer(ctx), "wal_level=logical, role may replicate")
 	for _, t := range c.tables {
-		add("table", c.checkTable(ctx, t), t.String()+" exists")
+		_, err := c.checkTable(ctx, t)
+		add("table", err, t.String()+" exists")
 	}
 	pubCfg := *c
 	pubCfg.cfg.NoCreatePublication = true
