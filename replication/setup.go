@@ -2,8 +2,10 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,9 @@ type Config struct {
 	Publication string
 	// Tables are the outbox tables, "schema.name" (schema defaults to public).
 	Tables []string
+	// Columns are the mapped columns of each table, by "schema.name": an
+	// existing publication with a column list must publish them.
+	Columns map[string][]string
 	// CreateSlot creates the slot when missing. Default true (set
 	// NoCreateSlot to refuse instead).
 	NoCreateSlot bool
@@ -205,9 +210,10 @@ func IsRetryable(err error) bool {
 // Conn is an open replication connection positioned at a slot. Use it from
 // one goroutine.
 type Conn struct {
-	cfg    Config
-	tables []TableName
-	conn   *pgconn.PgConn
+	cfg     Config
+	tables  []TableName
+	conn    *pgconn.PgConn
+	version int // server_version_num
 
 	// Start is the slot's confirmed_flush_lsn when the connection opened:
 	// streaming resumes from there.
@@ -337,6 +343,7 @@ func (c *Conn) checkServer(ctx context.Context) error {
 		return &PrereqError{Check: "server_version", Problem: "Postgres " + v + " is too old",
 			Fix: "use Postgres 14 or newer (pgoutput messages need 14)"}
 	}
+	c.version, _ = strconv.Atoi(version)
 	if canReplicate != "t" {
 		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
 			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
@@ -392,19 +399,85 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 		}
 		return nil
 	}
-	// The publication exists: every outbox table must be in it.
-	rows, err = c.query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = "+pub)
-	if err != nil {
-		return fmt.Errorf("list publication tables: %w", err)
+	return c.checkPublication(ctx, pub, ident)
+}
+
+// checkPublication reports an existing publication that does not carry
+// every outbox insert whole: inserts not published, a partitioned outbox
+// published under its partitions' names, a table missing, a row filter, or
+// a column list without a mapped column (each would drop events silently).
+func (c *Conn) checkPublication(ctx context.Context, pub, ident string) error {
+	if len(c.tables) == 0 {
+		return nil // logical messages are not filtered by publications
 	}
-	have := map[TableName]bool{}
-	for _, r := range rows {
-		have[TableName{string(r[0]), string(r[1])}] = true
+	rows, err := c.query(ctx, "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = "+pub)
+	if err != nil {
+		return fmt.Errorf("look up publication: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 2 {
+		return errors.New("look up publication: unexpected result")
+	}
+	name := c.cfg.Publication
+	if string(rows[0][0]) != "t" {
+		return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not publish inserts, so no outbox event reaches walrelay", name),
+			Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish = 'insert'); (keep any other operations it must publish in the list)", ident)}
+	}
+	viaRoot := string(rows[0][1]) == "t"
+	readd := func(t TableName) string {
+		return fmt.Sprintf("run BEGIN; ALTER PUBLICATION %s DROP TABLE %s; ALTER PUBLICATION %s ADD TABLE %s; COMMIT;", ident, t.Quoted(), ident, t.Quoted())
 	}
 	for _, t := range c.tables {
-		if !have[t] {
-			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not include table %s", c.cfg.Publication, t),
+		lt, err := c.lit(t.Quoted())
+		if err != nil {
+			return err
+		}
+		filter := "NULL, NULL"
+		if c.version >= 150000 {
+			filter = "array_to_json(pt.attnames)::text, pt.rowfilter"
+		}
+		rows, err := c.query(ctx, "SELECT c.relkind::text, pt.tablename IS NOT NULL, "+filter+", "+
+			"(SELECT array_to_json(array_agg(a.attname))::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) "+
+			"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "+
+			"LEFT JOIN pg_publication_tables pt ON pt.pubname = "+pub+" AND pt.schemaname = n.nspname AND pt.tablename = c.relname "+
+			"WHERE c.oid = to_regclass("+lt+")")
+		if err != nil {
+			return fmt.Errorf("check publication %s for table %s: %w", name, t, err)
+		}
+		if len(rows) != 1 || len(rows[0]) != 5 {
+			return fmt.Errorf("check publication %s for table %s: table not found", name, t)
+		}
+		r := rows[0]
+		relkind, included, published, rowFilter := string(r[0]), string(r[1]) == "t", r[2], r[3]
+		switch {
+		case relkind == "p" && !viaRoot:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q sends inserts into the partitioned table %s under its partitions' names, which are not outbox tables", name, t),
+				Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish_via_partition_root = true);", ident)}
+		case !included:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not include table %s", name, t),
 				Fix: fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s;", ident, t.Quoted())}
+		case rowFilter != nil:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q publishes %s with a row filter (WHERE %s): events of other rows would be skipped", name, t, rowFilter),
+				Fix: readd(t) + " (adds it back without the WHERE clause)"}
+		}
+		if published == nil {
+			continue
+		}
+		var pubCols, tableCols []string
+		if err := json.Unmarshal(published, &pubCols); err != nil {
+			return fmt.Errorf("check publication %s for table %s: column list: %w", name, t, err)
+		}
+		if len(r[4]) > 0 {
+			if err := json.Unmarshal(r[4], &tableCols); err != nil {
+				return fmt.Errorf("check publication %s for table %s: columns: %w", name, t, err)
+			}
+		}
+		for _, col := range c.cfg.Columns[t.String()] {
+			// A mapped column the table lacks is the decoder's to report
+			// (missing column); here only one the column list leaves out.
+			if slices.Contains(tableCols, col) && !slices.Contains(pubCols, col) {
+				return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q publishes %s with a column list that leaves out the mapped column %q", name, t, col),
+					Fix: readd(t) + " (adds it back with all its columns)"}
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +136,86 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			t.Errorf("delivered %v, want both the insert made under the old name and the one under the new", got)
 		}
 		t.Logf("scenario=harden/renamed_while_down delivered_old_name=%v delivered_new_name=%v", got[idA], got[idB])
+	})
+}
+
+// hardenCommand runs a walrelay subcommand to completion and returns its exit code and
+// its output (stdout and stderr).
+func hardenCommand(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, walrelayBin, args...)
+	cmd.Env = childEnv(env)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("walrelay %s: %v\n%s", strings.Join(args, " "), err, out)
+	return 0, ""
+}
+
+// hardenRefused starts `walrelay run` with args and requires a prompt exit != 0 with one
+// ERROR line containing every keyword ("a|b": either). It returns that line.
+func hardenRefused(t *testing.T, c *contract, keywords []string, args ...string) string {
+	t.Helper()
+	p := c.startArgs(args...)
+	if !p.waitExit(60 * time.Second) {
+		t.Fatalf("walrelay still running 60 s after start; want a refusal\n%s", p.tail(20))
+	}
+	if p.exitCode() <= 0 {
+		t.Errorf("exit status %s, want non-zero", p.exitStatus())
+	}
+	line := findErrorLine(p, keywords)
+	if line == "" {
+		t.Errorf("no ERROR line contains all of %q\n%s", keywords, p.tail(20))
+	}
+	return line
+}
+
+// TestPublicationWithoutInsertsRefused: an existing publication that would not carry the
+// outbox's inserts whole (inserts not published, a row filter, a column list without a
+// mapped column) makes `walrelay run` refuse to start with one ERROR line saying how to
+// fix it, and `walrelay doctor` reports the same finding. Before, walrelay started and
+// the events were never sent. A FOR ALL TABLES publication with inserts is accepted.
+func TestPublicationWithoutInsertsRefused(t *testing.T) {
+	env := requireEnv(t)
+	c := newContract(t, env, "hpub")
+	c.migrate(env.pgDSN, c.table)
+	pub := pgx.Identifier{c.name}.Sanitize()
+	cases := []struct {
+		name, create string
+		keywords     []string
+	}{
+		{"publish_update", "FOR TABLE " + qtable(c.table) + " WITH (publish = 'update')", []string{"does not publish inserts", "publish = 'insert'"}},
+		{"row_filter", "FOR TABLE " + qtable(c.table) + " WHERE (aggregate_type = 'order')", []string{"row filter", "drop table", "add table"}},
+		{"column_list", "FOR TABLE " + qtable(c.table) + " (id, aggregate_type, aggregate_id, event_type)", []string{"column list", "payload", "add table"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c.exec("DROP PUBLICATION IF EXISTS " + pub)
+			c.exec("CREATE PUBLICATION " + pub + " " + tc.create)
+			line := hardenRefused(t, c, tc.keywords, c.runArgs()...)
+			code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", env.pgDSN, "--kafka-brokers", env.kafka,
+				"--slot", c.name, "--publication", c.name, "--table", c.table)
+			if code == 0 || !strings.Contains(out, "FAIL publication") || !strings.Contains(strings.ToLower(out), strings.ToLower(tc.keywords[1])) {
+				t.Errorf("doctor: exit %d, want a FAIL publication line with %q:\n%s", code, tc.keywords[1], out)
+			}
+			t.Logf("scenario=harden/publication_%s refused=%v doctor_exit=%d line=%s", tc.name, line != "", code, line)
+		})
+	}
+	t.Run("for_all_tables", func(t *testing.T) {
+		dsn := c.createDatabase(c.name + "_all")
+		c.migrate(dsn, c.table)
+		pgExec(t, dsn, "CREATE PUBLICATION "+pub+" FOR ALL TABLES")
+		code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+			"--slot", c.name, "--publication", c.name, "--table", c.table)
+		if code != 0 || !strings.Contains(out, "ok   publication") {
+			t.Errorf("doctor on a FOR ALL TABLES publication: exit %d\n%s", code, out)
+		}
 	})
 }
