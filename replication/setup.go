@@ -110,7 +110,7 @@ func (c Config) Validate() error {
 	if n := c.Slot; n != "" {
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_'", n)
+				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. --slot %s", n, suggestSlot(n))
 			}
 		}
 	}
@@ -123,6 +123,18 @@ func (c Config) Validate() error {
 		return errors.New("replication intervals and sizes must not be negative")
 	}
 	return nil
+}
+
+// suggestSlot turns s into a valid slot name: lower case, other characters
+// replaced by '_'.
+func suggestSlot(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, r := range b {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // ValidateIdentifier reports a name Postgres cannot take as an identifier
@@ -481,6 +493,14 @@ func (c *Conn) checkPublication(ctx context.Context, pub, ident string) error {
 		}
 	}
 	return nil
+}
+
+// publicationNamesArg is pgoutput's publication_names option for one
+// publication. pgoutput splits the value as a list of SQL identifiers, which
+// folds unquoted names to lower case and splits at commas, so the name is
+// quoted as an identifier, then as a string literal.
+func publicationNamesArg(pub string) string {
+	return "publication_names '" + strings.ReplaceAll(pgx.Identifier{pub}.Sanitize(), "'", "''") + "'"
 }
 
 func (c *Conn) quotedTables() string {

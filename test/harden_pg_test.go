@@ -219,3 +219,55 @@ func TestPublicationWithoutInsertsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestMixedCasePublicationName: publication names that need quoting (upper case, and
+// spaces, commas and quotes) work end to end: walrelay creates the publication, streams
+// from it, and validates it again on restart. pgoutput reads publication_names as a list
+// of SQL identifiers, so an unquoted "WalRelay_Pub" used to be folded to walrelay_pub and
+// START_REPLICATION failed with "publication does not exist". Slot names, which
+// Postgres restricts to lower case, are refused at start with the rule and a valid name.
+func TestMixedCasePublicationName(t *testing.T) {
+	env := requireEnv(t)
+	for _, tc := range []struct{ name, suffix string }{
+		{"mixed_case", "_WalRelay_Pub"},
+		{"needs_quoting", `_Wal "Relay", it's`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newContract(t, env, "hmix")
+			c.migrate(env.pgDSN, c.table)
+			pub := c.name + tc.suffix
+			t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize()) })
+			prefix := c.name + "."
+			conn := connect(t, env.pgDSN)
+			var ids []string
+			for run := 1; run <= 2; run++ { // created, then found and validated
+				p := c.startReady("--publication", pub)
+				id, tx := hardenInsert(t, conn, c.table)
+				ids = append(ids, id)
+				waitSlotLSN(t, env.pgDSN, c.name, tx.post, 60*time.Second, p)
+				p.sigterm()
+				if !p.waitExit(30*time.Second) || p.exitCode() != 0 {
+					t.Fatalf("run %d: SIGTERM: %s\n%s", run, p.exitStatus(), p.tail(20))
+				}
+			}
+			var n int
+			if err := pgPool(t, env.pgDSN).scan(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1", []any{pub}, &n); err != nil || n != 1 {
+				t.Errorf("publication %q: count %d, err %v", pub, n, err)
+			}
+			got := hardenDelivered(t, env, prefix, ids...)
+			for _, id := range ids {
+				if !got[id] {
+					t.Errorf("event %s not delivered through publication %q", id, pub)
+				}
+			}
+			t.Logf("scenario=harden/publication_name_%s publication=%q delivered=%d/%d", tc.name, pub, len(ids), len(ids))
+		})
+	}
+	t.Run("mixed_case_slot_refused", func(t *testing.T) {
+		c := newContract(t, env, "hmix")
+		c.migrate(env.pgDSN, c.table)
+		args := append(c.runArgs(), "--slot", "WalRelay")
+		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "--slot walrelay"}, args...)
+		t.Logf("refused: %s", line)
+	})
+}
