@@ -179,13 +179,46 @@ func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.San
 
 // PrereqError is a missing prerequisite, with what to do about it.
 type PrereqError struct {
-	Check   string // short name: wal_level, privilege, table, publication, slot
+	Check   string // short name: connect, wal_level, privilege, table, publication, slot
 	Problem string
 	Fix     string
+	Err     error // the underlying error, if any
 }
 
 func (e *PrereqError) Error() string {
 	return fmt.Sprintf("%s: %s; fix: %s", e.Check, e.Problem, e.Fix)
+}
+
+// Unwrap returns the underlying error, if any.
+func (e *PrereqError) Unwrap() error { return e.Err }
+
+// ExplainConnect turns a failure to connect to Postgres as cfg's user into a
+// *PrereqError with the fix, for the errors a new setup meets: a wrong
+// password, no pg_hba.conf entry, a role that may not log in or replicate,
+// a missing database. Other errors (unreachable server, ...) come back
+// wrapped unchanged. replication tells a replication connection.
+func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
+	var fix string
+	switch {
+	case pgErr.Code == "28P01":
+		fix = fmt.Sprintf("check the user and password in --postgres-dsn (WALRELAY_POSTGRES_DSN, or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
+	case pgErr.Code == "28000" && strings.Contains(pgErr.Message, "not permitted to log in"):
+		fix = fmt.Sprintf("run ALTER ROLE %s WITH LOGIN; as a superuser", user)
+	case pgErr.Code == "28000":
+		fix = fmt.Sprintf("add a pg_hba.conf line that lets user %q connect to database %q from this host (a logical replication connection matches the database's name, not the keyword replication), e.g. host %s %s <address>/32 scram-sha-256, then run SELECT pg_reload_conf();", cfg.User, db, db, cfg.User)
+	case pgErr.Code == "42501" && replication:
+		fix = fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser (logical replication needs it)", user)
+	case pgErr.Code == "3D000":
+		fix = fmt.Sprintf("check the database name in --postgres-dsn; database %q does not exist", db)
+	default:
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	return &PrereqError{Check: "connect", Problem: "connect to postgres: " + err.Error(), Fix: fix, Err: err}
 }
 
 // ErrSlotInUse reports that another process streams from the slot.
@@ -279,7 +312,7 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, ExplainConnect(err, pc, true)
 	}
 	c.conn = conn
 	return c, nil
@@ -399,6 +432,9 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
 				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())}
 		}
+		if err := c.checkCanCreatePublication(ctx, ident); err != nil {
+			return err
+		}
 		// publish_via_partition_root: inserts into a partitioned outbox arrive
 		// under the outbox's name, not its daily partitions'. A tableless
 		// outbox needs no table: logical messages are not filtered.
@@ -412,6 +448,61 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 		return nil
 	}
 	return c.checkPublication(ctx, pub, ident)
+}
+
+// checkCanCreatePublication reports why the role could not create the
+// publication: CREATE PUBLICATION needs the CREATE privilege on the database
+// and ownership of each table (superusers have both).
+func (c *Conn) checkCanCreatePublication(ctx context.Context, ident string) error {
+	rows, err := c.query(ctx, "SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE')")
+	if err != nil {
+		return fmt.Errorf("check publication privileges: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 3 {
+		return errors.New("check publication privileges: unexpected result")
+	}
+	user, db := string(rows[0][0]), string(rows[0][1])
+	var missing []string
+	var grants []string
+	if string(rows[0][2]) != "t" {
+		missing = append(missing, fmt.Sprintf("the CREATE privilege on database %q", db))
+		grants = append(grants, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s;", pgx.Identifier{db}.Sanitize(), pgx.Identifier{user}.Sanitize()))
+	}
+	owners := map[string]bool{}
+	for _, t := range c.tables {
+		lt, err := c.lit(t.Quoted())
+		if err != nil {
+			return err
+		}
+		rows, err := c.query(ctx, "SELECT pg_get_userbyid(relowner), pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass("+lt+")")
+		if err != nil {
+			return fmt.Errorf("check owner of %s: %w", t, err)
+		}
+		if len(rows) == 1 && len(rows[0]) == 2 && string(rows[0][1]) != "t" {
+			owner := string(rows[0][0])
+			missing = append(missing, fmt.Sprintf("ownership of table %s (owner %q)", t, owner))
+			owners[owner] = true
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())
+	if len(c.tables) == 0 {
+		create = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish = 'insert');", ident)
+	}
+	who := "a superuser"
+	if len(owners) == 1 && len(grants) == 0 {
+		for o := range owners {
+			who = fmt.Sprintf("the table owner %q or a superuser", o)
+		}
+	}
+	fix := fmt.Sprintf("have %s run %s (walrelay then uses it)", who, create)
+	if len(owners) == 0 {
+		fix = "have a superuser or the database owner run " + strings.Join(grants, " ") + " or create the publication: " + create
+	}
+	return &PrereqError{Check: "publication", Problem: fmt.Sprintf("role %q cannot create publication %q: it lacks %s", user, c.cfg.Publication, strings.Join(missing, " and ")),
+		Fix: fix}
 }
 
 // checkPublication reports an existing publication that does not carry
@@ -600,7 +691,11 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	if err := pubCfg.ensurePublication(ctx); err != nil {
 		var pe *PrereqError
 		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreatePublication {
-			add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+			if err := c.checkCanCreatePublication(ctx, pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
+				add("publication", err, "")
+			} else {
+				add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+			}
 		} else {
 			add("publication", err, "")
 		}

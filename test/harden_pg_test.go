@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -269,5 +272,186 @@ func TestMixedCasePublicationName(t *testing.T) {
 		args := append(c.runArgs(), "--slot", "WalRelay")
 		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "--slot walrelay"}, args...)
 		t.Logf("refused: %s", line)
+	})
+}
+
+// hardenErrorLine returns the first JSON log line of out with level ERROR that contains
+// every keyword (case-insensitively; "a|b" matches either).
+func hardenErrorLine(out string, keywords []string) string {
+	for _, raw := range strings.Split(out, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(raw), &m) != nil {
+			continue
+		}
+		if lvl, _ := m["level"].(string); !strings.EqualFold(lvl, "ERROR") {
+			continue
+		}
+		if hardenHasAll(raw, keywords) {
+			return raw
+		}
+	}
+	return ""
+}
+
+func hardenHasAll(s string, keywords []string) bool {
+	s = strings.ToLower(s)
+	for _, kw := range keywords {
+		found := false
+		for _, alt := range strings.Split(kw, "|") {
+			found = found || strings.Contains(s, strings.ToLower(alt))
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// hardenRole creates a login role named name with the given options, dropped (with what
+// it owns in the databases of dsns) when the test ends.
+func hardenRole(t *testing.T, env *testEnv, name, options string, dsns ...string) {
+	t.Helper()
+	pgExec(t, env.pgDSN, "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" LOGIN "+options)
+	t.Cleanup(func() {
+		for _, dsn := range append(dsns, env.pgDSN) {
+			pgExec(t, dsn, "DROP OWNED BY "+pgx.Identifier{name}.Sanitize())
+		}
+		pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	})
+}
+
+// hardenDSN is the test cluster's DSN with another user (and password) and database.
+func hardenDSN(t *testing.T, dsn, user, password, db string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if password != "" {
+		u.User = url.UserPassword(user, password)
+	} else {
+		u.User = url.User(user)
+	}
+	if db != "" {
+		u.Path = "/" + db
+	}
+	return u.String()
+}
+
+// TestNewUserErrors: the errors a new user meets each give one ERROR line that says the
+// fix, not only what failed, from `walrelay run` and the same finding from `walrelay
+// doctor`: a wrong password (28P01), a role without REPLICATION, a role that cannot
+// create the publication (not the table's owner; doctor finds it before run does), and
+// `walrelay migrate` by a role without CREATE on the database and schema (it names the
+// GRANTs). The roles are created by the test and dropped after it.
+func TestNewUserErrors(t *testing.T) {
+	env := requireEnv(t)
+	c := newContract(t, env, "hnew")
+	c.migrate(env.pgDSN, c.table)
+	// Roles of killed runs (their databases are gone: newContract dropped them).
+	leftovers, err := pgPool(t, env.pgDSN).strings(context.Background(), `SELECT rolname::text FROM pg_roles WHERE rolname LIKE $1`, c.like())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range leftovers {
+		_ = pgPool(t, env.pgDSN).Exec(context.Background(), "DROP OWNED BY "+pgx.Identifier{r}.Sanitize()+"; DROP ROLE "+pgx.Identifier{r}.Sanitize())
+	}
+	run := func(dsn string) []string {
+		return []string{"run", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka, "--slot", c.name, "--publication", c.name,
+			"--table", c.table, "--topic", c.topicTemplate(), "--metrics-addr", "127.0.0.1:0"}
+	}
+	doctor := func(t *testing.T, dsn string, keywords []string) {
+		t.Helper()
+		code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+			"--slot", c.name, "--publication", c.name, "--table", c.table)
+		var fail string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "FAIL") && hardenHasAll(l, keywords) {
+				fail = l
+			}
+		}
+		if code == 0 || fail == "" {
+			t.Errorf("doctor: exit %d, want a FAIL line with %q:\n%s", code, keywords, out)
+		}
+		t.Logf("doctor: %s", fail)
+	}
+
+	t.Run("wrong_password", func(t *testing.T) {
+		// test/env/pg.sh asks members of walrelay_password_auth for their password.
+		pgExec(t, env.pgDSN, `DO $$BEGIN CREATE ROLE walrelay_password_auth NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`)
+		role := c.name + "_pw"
+		hardenRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
+		dsn := hardenDSN(t, env.pgDSN, role, "wrong-password", "")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, dsn); err == nil {
+			conn.Close(ctx)
+			t.Fatal("the test cluster accepted a wrong password: restart it with the current test/env/pg.sh (pg_hba.conf asks walrelay_password_auth members for a password)")
+		}
+		keywords := []string{"password authentication failed", role, "check the user and password"}
+		line := hardenRefused(t, c, keywords, run(dsn)...)
+		if strings.Contains(line, "wrong-password") {
+			t.Errorf("the ERROR line shows the password: %s", line)
+		}
+		doctor(t, dsn, keywords)
+		t.Logf("scenario=harden/new_user_wrong_password line=%s", line)
+	})
+
+	t.Run("no_replication", func(t *testing.T) {
+		role := c.name + "_norepl"
+		hardenRole(t, env, role, "")
+		dsn := hardenDSN(t, env.pgDSN, role, "", "")
+		keywords := []string{"ALTER ROLE", role, "WITH REPLICATION"}
+		line := hardenRefused(t, c, keywords, run(dsn)...)
+		doctor(t, dsn, keywords)
+		t.Logf("scenario=harden/new_user_no_replication line=%s", line)
+	})
+
+	t.Run("not_table_owner", func(t *testing.T) {
+		role := c.name + "_notowner"
+		hardenRole(t, env, role, "REPLICATION")
+		pgExec(t, env.pgDSN, "GRANT SELECT ON "+qtable(c.table)+" TO "+pgx.Identifier{role}.Sanitize())
+		dsn := hardenDSN(t, env.pgDSN, role, "", "")
+		keywords := []string{"cannot create publication", "owner", "postgres", "CREATE PUBLICATION"}
+		doctor(t, dsn, keywords) // doctor finds it before run does
+		line := hardenRefused(t, c, keywords, run(dsn)...)
+		// The fix: the owner creates the publication; the role then streams.
+		pgExec(t, env.pgDSN, "CREATE PUBLICATION "+pgx.Identifier{c.name}.Sanitize()+" FOR TABLE "+qtable(c.table)+
+			" WITH (publish = 'insert', publish_via_partition_root = true)")
+		if code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+			"--slot", c.name, "--publication", c.name, "--table", c.table); code != 0 {
+			t.Errorf("doctor after the owner created the publication: exit %d\n%s", code, out)
+		}
+		p := c.startArgs(run(dsn)...)
+		p.waitReady(60 * time.Second)
+		conn := connect(t, env.pgDSN)
+		id, tx := hardenInsert(t, conn, c.table)
+		waitSlotLSN(t, env.pgDSN, c.name, tx.post, 60*time.Second, p)
+		if got := hardenDelivered(t, env, c.name+".", id); !got[id] {
+			t.Errorf("event %s not delivered by the non-owner role after the fix", id)
+		}
+		t.Logf("scenario=harden/new_user_not_table_owner line=%s", line)
+	})
+
+	t.Run("migrate_without_create", func(t *testing.T) {
+		db := c.name + "_mig"
+		adminDSN := c.createDatabase(db)
+		role := c.name + "_mig"
+		hardenRole(t, env, role, "", adminDSN)
+		dsn := hardenDSN(t, env.pgDSN, role, "", db)
+		code, out := hardenCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox")
+		keywords := []string{"permission denied", fmt.Sprintf(`GRANT CREATE ON DATABASE \"%s\" TO \"%s\"`, db, role),
+			fmt.Sprintf(`GRANT CREATE ON SCHEMA \"public\" TO \"%s\"`, role)}
+		line := hardenErrorLine(out, keywords)
+		if code == 0 || line == "" {
+			t.Errorf("migrate: exit %d, want an ERROR line with %q:\n%s", code, keywords, out)
+		}
+		// The fix it names works.
+		pgExec(t, adminDSN, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize())
+		pgExec(t, adminDSN, "GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
+		if code, out := hardenCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox"); code != 0 {
+			t.Errorf("migrate after the GRANTs: exit %d\n%s", code, out)
+		}
+		t.Logf("scenario=harden/new_user_migrate line=%s", line)
 	})
 }
