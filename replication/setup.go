@@ -412,7 +412,7 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	}
 	if oid == 0 {
 		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
-			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table", t)}
+			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table (if you renamed or moved it, at its new name, or rename it back)", t)}
 	}
 	return uint32(oid), nil
 }
@@ -546,8 +546,11 @@ func (c *Conn) checkPublication(ctx context.Context, pub, ident string) error {
 		if err != nil {
 			return fmt.Errorf("check publication %s for table %s: %w", name, t, err)
 		}
+		if len(rows) == 0 {
+			continue // a missing table is the table check's to report
+		}
 		if len(rows) != 1 || len(rows[0]) != 5 {
-			return fmt.Errorf("check publication %s for table %s: table not found", name, t)
+			return fmt.Errorf("check publication %s for table %s: unexpected result", name, t)
 		}
 		r := rows[0]
 		relkind, included, published, rowFilter := string(r[0]), string(r[1]) == "t", r[2], r[3]
