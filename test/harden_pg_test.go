@@ -379,6 +379,7 @@ func TestNewUserErrors(t *testing.T) {
 	t.Run("wrong_password", func(t *testing.T) {
 		// test/env/pg.sh asks members of walrelay_password_auth for their password.
 		pgExec(t, env.pgDSN, `DO $$BEGIN CREATE ROLE walrelay_password_auth NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`)
+		t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS walrelay_password_auth") }) // after its member
 		role := c.name + "_pw"
 		hardenRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
 		dsn := hardenDSN(t, env.pgDSN, role, "wrong-password", "")
