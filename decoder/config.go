@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/jackc/pglogrepl"
 )
 
 // DefaultHeartbeatPrefix is the logical message prefix of walrelay heartbeats
@@ -101,6 +103,12 @@ type Table struct {
 	// field set, HeaderColumns empty). To add header or partition columns
 	// to the default table, start from DefaultColumns().
 	Columns Columns
+	// OID is the table's pg_class OID as read when replication connected
+	// (see Config.OIDsReadAt); 0 when unknown. A Relation message carries
+	// the OID, which a rename or SET SCHEMA keeps: with it the decoder
+	// recognises the table under another name instead of taking its inserts
+	// for another table's (see ErrTableRenamed).
+	OID uint32
 }
 
 // Config configures a Decoder.
@@ -114,6 +122,15 @@ type Config struct {
 	// MessagePrefix is the logical message prefix of tableless outbox events
 	// (pg_logical_emit_message(true, prefix, json)); "" disables them.
 	MessagePrefix string
+	// OIDsReadAt is a WAL position read (pg_current_wal_lsn()) before the
+	// Tables' OIDs were looked up by name. A table known by its OID that
+	// arrives under another name is ErrTableRenamed for an INSERT at or after
+	// OIDsReadAt: it was renamed after the lookup. An INSERT before it comes
+	// from a time when the table had its old name, and is the table's event
+	// (the lookup found it under the configured name): this is what a
+	// restart with the new name replays. Zero makes every such INSERT an
+	// error.
+	OIDsReadAt pglogrepl.LSN
 }
 
 // Validate reports the first problem with the configuration. Empty fields
@@ -130,6 +147,7 @@ func (c Config) normalized() (Config, error) {
 		Tables:          make([]Table, len(c.Tables)),
 		HeartbeatPrefix: c.HeartbeatPrefix,
 		MessagePrefix:   c.MessagePrefix,
+		OIDsReadAt:      c.OIDsReadAt,
 	}
 	if n.HeartbeatPrefix == "" {
 		n.HeartbeatPrefix = DefaultHeartbeatPrefix
@@ -141,6 +159,7 @@ func (c Config) normalized() (Config, error) {
 		return Config{}, fmt.Errorf("decoder config: message prefix %q is also the heartbeat prefix", n.MessagePrefix)
 	}
 	seen := make(map[[2]string]bool, len(c.Tables))
+	oids := make(map[uint32]bool, len(c.Tables))
 	for i, t := range c.Tables {
 		if t.Schema == "" {
 			t.Schema = DefaultSchema
@@ -171,6 +190,12 @@ func (c Config) normalized() (Config, error) {
 			return Config{}, fmt.Errorf("decoder config: table %s.%s listed twice", t.Schema, t.Name)
 		}
 		seen[k] = true
+		if t.OID != 0 {
+			if oids[t.OID] {
+				return Config{}, fmt.Errorf("decoder config: table %s.%s: OID %d given to two tables", t.Schema, t.Name, t.OID)
+			}
+			oids[t.OID] = true
+		}
 		n.Tables[i] = t
 	}
 	return n, nil
@@ -193,6 +218,23 @@ type columnField struct {
 	name     string // Columns field name
 	column   string // configured column name
 	required bool
+}
+
+// Mapped returns the distinct mapped column names (ID, AggregateType,
+// AggregateID, EventType, Payload, and Headers, Timestamp and Partition when
+// set), in that order. HeaderColumns are not included: they may be absent.
+// A zero Columns stands for DefaultColumns(), as in Table.
+func (c Columns) Mapped() []string {
+	if c.isZero() {
+		c = DefaultColumns()
+	}
+	var out []string
+	for _, f := range c.fields() {
+		if f.column != "" && !slices.Contains(out, f.column) {
+			out = append(out, f.column)
+		}
+	}
+	return out
 }
 
 // fields lists the configured columns indexed by role.

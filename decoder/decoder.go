@@ -38,6 +38,8 @@ type Decoder struct {
 	heartbeatPrefix string
 	messagePrefix   string
 	tables          []Table
+	oids            map[uint32]int // Table.OID -> index in tables
+	oidsReadAt      pglogrepl.LSN
 
 	rels map[uint32]*relation
 	last *relation // the relation of the previous change, for the hot path
@@ -56,11 +58,21 @@ type Decoder struct {
 
 // relation is a cached Relation message.
 type relation struct {
-	id    uint32
-	name  string
-	table string // schema.name
-	cols  []column
-	m     *mapping // nil: not an outbox table
+	id     uint32
+	schema string
+	name   string
+	table  string // schema.name
+	cols   []column
+	m      *mapping // nil: not an outbox table under this name
+	ti     int      // index of the configured table; -1 when none
+
+	// A configured outbox table under another name (m == nil): alias is
+	// the relation under its configured name (m set, unless aliasErr says
+	// why not). renamed: known from an earlier Relation of this session
+	// rather than by OID, so a rename after its first events.
+	alias    *relation
+	aliasErr error
+	renamed  bool
 }
 
 type column struct {
@@ -108,12 +120,20 @@ func New(cfg Config) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Decoder{
+	d := &Decoder{
 		heartbeatPrefix: n.HeartbeatPrefix,
 		messagePrefix:   n.MessagePrefix,
 		tables:          n.Tables,
+		oids:            make(map[uint32]int),
+		oidsReadAt:      n.OIDsReadAt,
 		rels:            make(map[uint32]*relation),
-	}, nil
+	}
+	for i, t := range n.Tables {
+		if t.OID != 0 {
+			d.oids[t.OID] = i
+		}
+	}
+	return d, nil
 }
 
 // InTxn reports whether a Begin was decoded and its Commit not yet.
@@ -137,7 +157,7 @@ func (d *Decoder) Reset() {
 //
 // Stream-level problems (truncated or malformed bytes, unknown message types
 // or relations, a Begin inside a transaction, a mapped column missing from a
-// Relation) return a *DecodeError and leave out reset (Kind == KindNone); the
+// Relation, an INSERT into a renamed outbox table) return a *DecodeError and leave out reset (Kind == KindNone); the
 // decoder state is then unchanged except that a Relation failing with
 // ErrMissingColumn is dropped from the cache. Value-level problems of an
 // outbox event set Event.Poison instead and return nil.
@@ -271,25 +291,65 @@ func (d *Decoder) relation(r *reader) {
 	if schema == "" {
 		schema = "pg_catalog" // pgoutput sends pg_catalog as ""
 	}
-	rel := &relation{id: id, name: string(name), cols: cols}
+	rel := &relation{id: id, schema: schema, name: string(name), cols: cols, ti: -1}
 	rel.table = schema + "." + rel.name
-	// A new Relation replaces the old one for the same ID (schema change).
+	// A new Relation replaces the old one for the same ID (schema change,
+	// rename).
+	prev := d.rels[id]
 	delete(d.rels, id)
 	d.last = nil
+	ti := -1
 	for i := range d.tables {
-		t := &d.tables[i]
-		if t.Schema != schema || t.Name != rel.name {
-			continue
+		if d.tables[i].Schema == schema && d.tables[i].Name == rel.name {
+			ti = i
+			break
 		}
-		m, err := newMapping(rel, t.Columns)
+	}
+	oi, byOID := d.oids[id]
+	switch {
+	case ti >= 0 && (!byOID || oi == ti):
+		m, err := newMapping(rel, d.tables[ti].Columns)
 		if err != nil {
 			r.fail(err)
 			return
 		}
-		rel.m = m
-		break
+		rel.m, rel.ti = m, ti
+	case byOID:
+		// A configured table's OID under another name. Whether that name
+		// is older or newer than the configured one is decided by the
+		// LSN of its inserts (Relation messages carry none).
+		rel.alias, rel.aliasErr = d.aliasOf(rel, oi)
+	case prev != nil && prev.ti >= 0:
+		// Mapped earlier in this session, now under a name that is not.
+		rel.alias, rel.aliasErr = d.aliasOf(rel, prev.ti)
+		rel.renamed = true
 	}
 	d.rels[id] = rel
+}
+
+// aliasOf returns rel as configured table i: under its configured name and
+// mapped with its columns, or the reason the columns do not map.
+func (d *Decoder) aliasOf(rel *relation, i int) (*relation, error) {
+	t := &d.tables[i]
+	a := &relation{id: rel.id, schema: t.Schema, name: t.Name, table: t.Schema + "." + t.Name, cols: rel.cols, ti: i}
+	m, err := newMapping(a, t.Columns)
+	a.m = m
+	return a, err
+}
+
+// resolveAlias returns the relation to build an INSERT at walStart into
+// rel, a configured table under another name, from: its alias when the
+// name is older than the configuration's, else nil and the error to stop
+// with.
+func (d *Decoder) resolveAlias(rel *relation, walStart pglogrepl.LSN) (*relation, error) {
+	if rel.renamed || walStart >= d.oidsReadAt {
+		return nil, &TableRenamedError{Table: rel.alias.table, Now: rel.table, OID: rel.id,
+			was: [2]string{rel.alias.schema, rel.alias.name}, now: [2]string{rel.schema, rel.name}}
+	}
+	if rel.aliasErr != nil {
+		return nil, rel.aliasErr
+	}
+	return rel.alias, nil
 }
 
 func newMapping(rel *relation, c Columns) (*mapping, error) {
@@ -399,8 +459,16 @@ func (d *Decoder) insert(r *reader, walStart pglogrepl.LSN, out *Output) {
 		return
 	}
 	if rel.m == nil {
-		out.Kind, out.Reason, out.Table = KindIgnored, ReasonUnmappedTable, rel.table
-		return
+		if rel.alias == nil {
+			out.Kind, out.Reason, out.Table = KindIgnored, ReasonUnmappedTable, rel.table
+			return
+		}
+		a, err := d.resolveAlias(rel, walStart)
+		if err != nil {
+			r.errOff, r.err = 1, err // at the relation ID
+			return
+		}
+		rel = a
 	}
 	if len(d.vals) != len(rel.cols) {
 		r.fail(fmt.Errorf("%w: insert into %s has %d columns, its relation %d", ErrProtocol, rel.table, len(d.vals), len(rel.cols)))
@@ -439,7 +507,7 @@ func (d *Decoder) updateDelete(r *reader, typ byte, out *Output) {
 		return
 	}
 	out.Kind, out.Reason, out.Table = KindIgnored, reason, rel.table
-	if rel.m == nil {
+	if rel.m == nil && rel.alias == nil {
 		out.Reason = ReasonUnmappedTable
 	}
 }
@@ -477,7 +545,7 @@ func (d *Decoder) truncate(r *reader, out *Output) {
 		if first == nil {
 			first = rel
 		}
-		if mapped == nil && rel.m != nil {
+		if mapped == nil && (rel.m != nil || rel.alias != nil) {
 			mapped = rel
 		}
 	}

@@ -35,6 +35,17 @@
 // after that Relation carry the header. A tableless message event takes an
 // optional integer "partition" field the same way.
 //
+// # Renamed tables
+//
+// A publication holds its tables by OID, so an outbox table renamed or moved
+// to another schema keeps sending its inserts, under the new name. Those are
+// never taken for another table's: an INSERT into a relation that was mapped
+// earlier in the session, or whose OID is a configured table's (Table.OID),
+// under a name other than the configured one is ErrTableRenamed. A FOR ALL
+// TABLES publication's other tables stay ignored. One exception keeps a
+// restart with the new name working: with Config.OIDsReadAt, an INSERT
+// before that position under an older name is the configured table's event.
+//
 // # Invariants
 //
 //   - Pure and synchronous: no I/O, no goroutines, no logging, no context.

@@ -3,6 +3,7 @@ package decoder
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -26,6 +27,14 @@ var (
 	// a missing header column only means no such header. The error is a
 	// *MissingColumnError.
 	ErrMissingColumn = errors.New("mapped column missing")
+	// ErrTableRenamed: an INSERT into an outbox table that was renamed or
+	// moved to another schema (ALTER TABLE ... RENAME / SET SCHEMA) arrived
+	// under its new name. A publication holds tables by OID, so the inserts
+	// keep coming; they are the outbox's events, and the configuration no
+	// longer names the table. The decoder recognises the table by its OID
+	// (Table.OID) or by the Relation it had earlier in the session. The
+	// error is a *TableRenamedError.
+	ErrTableRenamed = errors.New("outbox table renamed")
 	// ErrProtocol: the bytes or the message sequence break pgoutput's rules
 	// (Begin inside a transaction, Commit or a change outside one, a negative
 	// length, an unknown tuple column kind, trailing bytes, ...).
@@ -114,3 +123,47 @@ func (e *MissingColumnError) Error() string {
 
 // Unwrap returns ErrMissingColumn.
 func (e *MissingColumnError) Unwrap() error { return ErrMissingColumn }
+
+// TableRenamedError names an outbox table that now arrives under another
+// name, and how to resume. It wraps ErrTableRenamed.
+type TableRenamedError struct {
+	// Table is the configured name, "schema.table".
+	Table string
+	// Now is the name the table arrives under, "schema.table".
+	Now string
+	// OID is the table's OID (the Relation ID).
+	OID uint32
+
+	was, now [2]string // schema, name
+}
+
+// Error names both names and the two ways out, e.g.
+// "outbox table renamed: public.outbox (oid 16390) now arrives as
+// public.outbox_old; its inserts are events: rename it back (ALTER TABLE
+// "public"."outbox_old" RENAME TO "outbox";) or configure the outbox table
+// as public.outbox_old (--table), then restart walrelay".
+func (e *TableRenamedError) Error() string {
+	return fmt.Sprintf("%v: %s (oid %d) now arrives as %s; its inserts are events: rename it back (%s) "+
+		"or configure the outbox table as %s (--table), then restart walrelay",
+		ErrTableRenamed, e.Table, e.OID, e.Now, renameBack(e.now, e.was), e.Now)
+}
+
+// Unwrap returns ErrTableRenamed.
+func (e *TableRenamedError) Unwrap() error { return ErrTableRenamed }
+
+// renameBack returns the SQL that gives table now (schema, name) the name
+// was again.
+func renameBack(now, was [2]string) string {
+	ns, nn, ws, wn := now[0], now[1], was[0], was[1]
+	var stmts []string
+	if nn != wn {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME TO %s;", quoteIdent(ns), quoteIdent(nn), quoteIdent(wn)))
+	}
+	if ns != ws {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s SET SCHEMA %s;", quoteIdent(ns), quoteIdent(wn), quoteIdent(ws)))
+	}
+	return strings.Join(stmts, " ")
+}
+
+// quoteIdent quotes an SQL identifier.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

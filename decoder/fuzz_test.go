@@ -44,6 +44,9 @@ func FuzzDecode(f *testing.F) {
 	row[5] = txt(`{"traceparent": "t\u00e9", "n": 1, "k": "v"}`)
 	for _, seed := range [][][]byte{
 		{encInsert(relOutbox, row...), encInsert(relBlob, txt("e"), txt("k"), txt(`\x6b`), txt("t"), txt(`a\\b\001`))},
+		{encRelation(relOutbox, "public", "outbox", outboxCols...), encInsert(relOutbox, goodRow()...),
+			encRelation(relOutbox, "public", "outbox_old", outboxCols...), encInsert(relOutbox, goodRow()...)},
+		{encRelation(relRouted, "app", "routed", routedCols...), encInsert(relRouted, append(goodRow(), null(), txt(""))...)},
 		{encMessage(true, 0, "walrelay.outbox", []byte(`{"id":"e","aggregate_type":"a","aggregate_id":7,"event_type":"t","payload":"p\n","headers":{"x":"y"}}`))},
 		{encRelation(relOutbox, "public", "outbox", append(outboxCols, rc{"source", oidText})...), encInsert(relOutbox, append(row, txt("s"))...)},
 		{encUpdate(relOutbox, 'O', row, row...), encDelete(relOutbox, 'K', row...), encTruncate(0, relOther, relOutbox)},
@@ -60,6 +63,8 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add(fuzzInput(3, seed...))
 	}
+	// The outbox known by OID arrives under another name.
+	f.Add(fuzzInput(7, encRelation(relOutbox, "public", "outbox_old", outboxCols...), encInsert(relOutbox, goodRow()...)))
 
 	prime := primeMessages(msgs)
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -69,6 +74,12 @@ func FuzzDecode(f *testing.F) {
 		flags, rest := in[0], in[1:]
 		cfg := captureConfig()
 		cfg.Tables = append(cfg.Tables, testConfig().Tables[1], Table{Name: "routed", Columns: routedColumns()})
+		if flags&4 != 0 {
+			// Tables known by OID (renamed-table handling), read halfway
+			// through the fuzzed messages' positions.
+			cfg.Tables[0].OID, cfg.Tables[len(cfg.Tables)-1].OID = relOutbox, relRouted
+			cfg.OIDsReadAt = 0x1000000 + 32*0x100
+		}
 		d, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +195,7 @@ func fuzzInput(flags byte, msgs ...[]byte) []byte {
 	return in
 }
 
-var streamErrors = []error{ErrTruncated, ErrUnknownMessage, ErrUnknownRelation, ErrMissingColumn, ErrProtocol}
+var streamErrors = []error{ErrTruncated, ErrUnknownMessage, ErrUnknownRelation, ErrMissingColumn, ErrTableRenamed, ErrProtocol}
 
 var valueErrors = []error{ErrNullAggregateID, ErrNullField, ErrBadHeaders, ErrBadPayload, ErrBadTimestamp, ErrBadMessage, ErrBadPartition, ErrUnsupportedValue}
 

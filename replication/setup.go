@@ -2,8 +2,11 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +27,9 @@ type Config struct {
 	Publication string
 	// Tables are the outbox tables, "schema.name" (schema defaults to public).
 	Tables []string
+	// Columns are the mapped columns of each table, by "schema.name": an
+	// existing publication with a column list must publish them.
+	Columns map[string][]string
 	// CreateSlot creates the slot when missing. Default true (set
 	// NoCreateSlot to refuse instead).
 	NoCreateSlot bool
@@ -104,7 +110,7 @@ func (c Config) Validate() error {
 	if n := c.Slot; n != "" {
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_'", n)
+				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. --slot %s", n, suggestSlot(n))
 			}
 		}
 	}
@@ -117,6 +123,18 @@ func (c Config) Validate() error {
 		return errors.New("replication intervals and sizes must not be negative")
 	}
 	return nil
+}
+
+// suggestSlot turns s into a valid slot name: lower case, other characters
+// replaced by '_'.
+func suggestSlot(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, r := range b {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // ValidateIdentifier reports a name Postgres cannot take as an identifier
@@ -161,13 +179,46 @@ func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.San
 
 // PrereqError is a missing prerequisite, with what to do about it.
 type PrereqError struct {
-	Check   string // short name: wal_level, privilege, table, publication, slot
+	Check   string // short name: connect, wal_level, privilege, table, publication, slot
 	Problem string
 	Fix     string
+	Err     error // the underlying error, if any
 }
 
 func (e *PrereqError) Error() string {
 	return fmt.Sprintf("%s: %s; fix: %s", e.Check, e.Problem, e.Fix)
+}
+
+// Unwrap returns the underlying error, if any.
+func (e *PrereqError) Unwrap() error { return e.Err }
+
+// ExplainConnect turns a failure to connect to Postgres as cfg's user into a
+// *PrereqError with the fix, for the errors a new setup meets: a wrong
+// password, no pg_hba.conf entry, a role that may not log in or replicate,
+// a missing database. Other errors (unreachable server, ...) come back
+// wrapped unchanged. replication tells a replication connection.
+func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
+	var fix string
+	switch {
+	case pgErr.Code == "28P01":
+		fix = fmt.Sprintf("check the user and password in --postgres-dsn (WALRELAY_POSTGRES_DSN, or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
+	case pgErr.Code == "28000" && strings.Contains(pgErr.Message, "not permitted to log in"):
+		fix = fmt.Sprintf("run ALTER ROLE %s WITH LOGIN; as a superuser", user)
+	case pgErr.Code == "28000":
+		fix = fmt.Sprintf("add a pg_hba.conf line that lets user %q connect to database %q from this host (a logical replication connection matches the database's name, not the keyword replication), e.g. host %s %s <address>/32 scram-sha-256, then run SELECT pg_reload_conf();", cfg.User, db, db, cfg.User)
+	case pgErr.Code == "42501" && replication:
+		fix = fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser (logical replication needs it)", user)
+	case pgErr.Code == "3D000":
+		fix = fmt.Sprintf("check the database name in --postgres-dsn; database %q does not exist", db)
+	default:
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	return &PrereqError{Check: "connect", Problem: "connect to postgres: " + err.Error(), Fix: fix, Err: err}
 }
 
 // ErrSlotInUse reports that another process streams from the slot.
@@ -204,15 +255,22 @@ func IsRetryable(err error) bool {
 // Conn is an open replication connection positioned at a slot. Use it from
 // one goroutine.
 type Conn struct {
-	cfg    Config
-	tables []TableName
-	conn   *pgconn.PgConn
+	cfg     Config
+	tables  []TableName
+	conn    *pgconn.PgConn
+	version int // server_version_num
 
 	// Start is the slot's confirmed_flush_lsn when the connection opened:
 	// streaming resumes from there.
 	Start pglogrepl.LSN
 	// Created reports that Open created the slot.
 	Created bool
+	// TableOIDs are the outbox tables' OIDs by "schema.name", looked up when
+	// the connection opened, after OIDsReadAt was read (pg_current_wal_lsn()).
+	// A publication holds tables by OID: the decoder uses them to recognise
+	// an outbox table that was renamed or moved (decoder.Table.OID).
+	TableOIDs  map[string]uint32
+	OIDsReadAt pglogrepl.LSN
 }
 
 // Open connects with replication=database, checks the prerequisites, creates
@@ -254,7 +312,7 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, ExplainConnect(err, pc, true)
 	}
 	c.conn = conn
 	return c, nil
@@ -286,10 +344,25 @@ func (c *Conn) setup(ctx context.Context) error {
 	if err := c.checkServer(ctx); err != nil {
 		return err
 	}
+	// The WAL position first, then the OIDs: a change at or after it was
+	// written after the lookup began (see decoder.Config.OIDsReadAt).
+	rows, err := c.query(ctx, "SELECT pg_current_wal_lsn()::text")
+	if err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return errors.New("read the current WAL position: unexpected result")
+	}
+	if c.OIDsReadAt, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	c.TableOIDs = make(map[string]uint32, len(c.tables))
 	for _, t := range c.tables {
-		if err := c.checkTable(ctx, t); err != nil {
+		oid, err := c.checkTable(ctx, t)
+		if err != nil {
 			return err
 		}
+		c.TableOIDs[t.String()] = oid
 	}
 	if err := c.ensurePublication(ctx); err != nil {
 		return err
@@ -315,6 +388,7 @@ func (c *Conn) checkServer(ctx context.Context) error {
 		return &PrereqError{Check: "server_version", Problem: "Postgres " + v + " is too old",
 			Fix: "use Postgres 14 or newer (pgoutput messages need 14)"}
 	}
+	c.version, _ = strconv.Atoi(version)
 	if canReplicate != "t" {
 		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
 			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
@@ -322,20 +396,25 @@ func (c *Conn) checkServer(ctx context.Context) error {
 	return nil
 }
 
-func (c *Conn) checkTable(ctx context.Context, t TableName) error {
+// checkTable reports a missing table, else returns its OID.
+func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	ls, err := c.lit(t.Quoted())
 	if err != nil {
-		return err
+		return 0, err
 	}
-	rows, err := c.query(ctx, "SELECT to_regclass("+ls+") IS NOT NULL")
+	rows, err := c.query(ctx, "SELECT coalesce(to_regclass("+ls+")::oid, 0)")
 	if err != nil {
-		return fmt.Errorf("check table %s: %w", t, err)
+		return 0, fmt.Errorf("check table %s: %w", t, err)
 	}
-	if len(rows) != 1 || string(rows[0][0]) != "t" {
-		return &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
-			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table", t)}
+	var oid uint64
+	if len(rows) == 1 && len(rows[0]) == 1 {
+		oid, _ = strconv.ParseUint(string(rows[0][0]), 10, 32)
 	}
-	return nil
+	if oid == 0 {
+		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
+			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table (if you renamed or moved it, at its new name, or rename it back)", t)}
+	}
+	return uint32(oid), nil
 }
 
 func (c *Conn) ensurePublication(ctx context.Context) error {
@@ -353,6 +432,9 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
 				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())}
 		}
+		if err := c.checkCanCreatePublication(ctx, ident); err != nil {
+			return err
+		}
 		// publish_via_partition_root: inserts into a partitioned outbox arrive
 		// under the outbox's name, not its daily partitions'. A tableless
 		// outbox needs no table: logical messages are not filtered.
@@ -365,22 +447,154 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 		}
 		return nil
 	}
-	// The publication exists: every outbox table must be in it.
-	rows, err = c.query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = "+pub)
+	return c.checkPublication(ctx, pub, ident)
+}
+
+// checkCanCreatePublication reports why the role could not create the
+// publication: CREATE PUBLICATION needs the CREATE privilege on the database
+// and ownership of each table (superusers have both).
+func (c *Conn) checkCanCreatePublication(ctx context.Context, ident string) error {
+	rows, err := c.query(ctx, "SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE')")
 	if err != nil {
-		return fmt.Errorf("list publication tables: %w", err)
+		return fmt.Errorf("check publication privileges: %w", err)
 	}
-	have := map[TableName]bool{}
-	for _, r := range rows {
-		have[TableName{string(r[0]), string(r[1])}] = true
+	if len(rows) != 1 || len(rows[0]) != 3 {
+		return errors.New("check publication privileges: unexpected result")
+	}
+	user, db := string(rows[0][0]), string(rows[0][1])
+	var missing []string
+	var grants []string
+	if string(rows[0][2]) != "t" {
+		missing = append(missing, fmt.Sprintf("the CREATE privilege on database %q", db))
+		grants = append(grants, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s;", pgx.Identifier{db}.Sanitize(), pgx.Identifier{user}.Sanitize()))
+	}
+	owners := map[string]bool{}
+	for _, t := range c.tables {
+		lt, err := c.lit(t.Quoted())
+		if err != nil {
+			return err
+		}
+		rows, err := c.query(ctx, "SELECT pg_get_userbyid(relowner), pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass("+lt+")")
+		if err != nil {
+			return fmt.Errorf("check owner of %s: %w", t, err)
+		}
+		if len(rows) == 1 && len(rows[0]) == 2 && string(rows[0][1]) != "t" {
+			owner := string(rows[0][0])
+			missing = append(missing, fmt.Sprintf("ownership of table %s (owner %q)", t, owner))
+			owners[owner] = true
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())
+	if len(c.tables) == 0 {
+		create = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish = 'insert');", ident)
+	}
+	who := "a superuser"
+	if len(owners) == 1 && len(grants) == 0 {
+		for o := range owners {
+			who = fmt.Sprintf("the table owner %q or a superuser", o)
+		}
+	}
+	fix := fmt.Sprintf("have %s run %s (walrelay then uses it)", who, create)
+	if len(owners) == 0 {
+		fix = "have a superuser or the database owner run " + strings.Join(grants, " ") + " or create the publication: " + create
+	}
+	return &PrereqError{Check: "publication", Problem: fmt.Sprintf("role %q cannot create publication %q: it lacks %s", user, c.cfg.Publication, strings.Join(missing, " and ")),
+		Fix: fix}
+}
+
+// checkPublication reports an existing publication that does not carry
+// every outbox insert whole: inserts not published, a partitioned outbox
+// published under its partitions' names, a table missing, a row filter, or
+// a column list without a mapped column (each would drop events silently).
+func (c *Conn) checkPublication(ctx context.Context, pub, ident string) error {
+	if len(c.tables) == 0 {
+		return nil // logical messages are not filtered by publications
+	}
+	rows, err := c.query(ctx, "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = "+pub)
+	if err != nil {
+		return fmt.Errorf("look up publication: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 2 {
+		return errors.New("look up publication: unexpected result")
+	}
+	name := c.cfg.Publication
+	if string(rows[0][0]) != "t" {
+		return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not publish inserts, so no outbox event reaches walrelay", name),
+			Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish = 'insert'); (keep any other operations it must publish in the list)", ident)}
+	}
+	viaRoot := string(rows[0][1]) == "t"
+	readd := func(t TableName) string {
+		return fmt.Sprintf("run BEGIN; ALTER PUBLICATION %s DROP TABLE %s; ALTER PUBLICATION %s ADD TABLE %s; COMMIT;", ident, t.Quoted(), ident, t.Quoted())
 	}
 	for _, t := range c.tables {
-		if !have[t] {
-			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not include table %s", c.cfg.Publication, t),
+		lt, err := c.lit(t.Quoted())
+		if err != nil {
+			return err
+		}
+		filter := "NULL, NULL"
+		if c.version >= 150000 {
+			filter = "array_to_json(pt.attnames)::text, pt.rowfilter"
+		}
+		rows, err := c.query(ctx, "SELECT c.relkind::text, pt.tablename IS NOT NULL, "+filter+", "+
+			"(SELECT array_to_json(array_agg(a.attname))::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) "+
+			"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "+
+			"LEFT JOIN pg_publication_tables pt ON pt.pubname = "+pub+" AND pt.schemaname = n.nspname AND pt.tablename = c.relname "+
+			"WHERE c.oid = to_regclass("+lt+")")
+		if err != nil {
+			return fmt.Errorf("check publication %s for table %s: %w", name, t, err)
+		}
+		if len(rows) == 0 {
+			continue // a missing table is the table check's to report
+		}
+		if len(rows) != 1 || len(rows[0]) != 5 {
+			return fmt.Errorf("check publication %s for table %s: unexpected result", name, t)
+		}
+		r := rows[0]
+		relkind, included, published, rowFilter := string(r[0]), string(r[1]) == "t", r[2], r[3]
+		switch {
+		case relkind == "p" && !viaRoot:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q sends inserts into the partitioned table %s under its partitions' names, which are not outbox tables", name, t),
+				Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish_via_partition_root = true);", ident)}
+		case !included:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not include table %s", name, t),
 				Fix: fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s;", ident, t.Quoted())}
+		case rowFilter != nil:
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q publishes %s with a row filter (WHERE %s): events of other rows would be skipped", name, t, rowFilter),
+				Fix: readd(t) + " (adds it back without the WHERE clause)"}
+		}
+		if published == nil {
+			continue
+		}
+		var pubCols, tableCols []string
+		if err := json.Unmarshal(published, &pubCols); err != nil {
+			return fmt.Errorf("check publication %s for table %s: column list: %w", name, t, err)
+		}
+		if len(r[4]) > 0 {
+			if err := json.Unmarshal(r[4], &tableCols); err != nil {
+				return fmt.Errorf("check publication %s for table %s: columns: %w", name, t, err)
+			}
+		}
+		for _, col := range c.cfg.Columns[t.String()] {
+			// A mapped column the table lacks is the decoder's to report
+			// (missing column); here only one the column list leaves out.
+			if slices.Contains(tableCols, col) && !slices.Contains(pubCols, col) {
+				return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q publishes %s with a column list that leaves out the mapped column %q", name, t, col),
+					Fix: readd(t) + " (adds it back with all its columns)"}
+			}
 		}
 	}
 	return nil
+}
+
+// publicationNamesArg is pgoutput's publication_names option for one
+// publication. pgoutput splits the value as a list of SQL identifiers, which
+// folds unquoted names to lower case and splits at commas, so the name is
+// quoted as an identifier, then as a string literal.
+func publicationNamesArg(pub string) string {
+	return "publication_names '" + strings.ReplaceAll(pgx.Identifier{pub}.Sanitize(), "'", "''") + "'"
 }
 
 func (c *Conn) quotedTables() string {
@@ -472,14 +686,19 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	}
 	add("server", c.checkServer(ctx), "wal_level=logical, role may replicate")
 	for _, t := range c.tables {
-		add("table", c.checkTable(ctx, t), t.String()+" exists")
+		_, err := c.checkTable(ctx, t)
+		add("table", err, t.String()+" exists")
 	}
 	pubCfg := *c
 	pubCfg.cfg.NoCreatePublication = true
 	if err := pubCfg.ensurePublication(ctx); err != nil {
 		var pe *PrereqError
 		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreatePublication {
-			add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+			if err := c.checkCanCreatePublication(ctx, pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
+				add("publication", err, "")
+			} else {
+				add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+			}
 		} else {
 			add("publication", err, "")
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -141,7 +140,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 		_ = c.Close(cctx)
 	}()
 
-	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(c.cfg.Publication, "'", "''"))}
+	args := []string{"proto_version '1'", publicationNamesArg(c.cfg.Publication)}
 	if !c.cfg.NoMessages {
 		args = append(args, "messages 'true'")
 	}

@@ -97,7 +97,9 @@ log_line_prefix = '%m [%p] %q%a '
 log_replication_commands = on
 EOF
 	cat >"$PGDATA_DIR/pg_hba.conf" <<'EOF'
-# Written by test/env/pg.sh: trust on loopback only.
+# Written by test/env/pg.sh: trust on loopback only, except for members of
+# walrelay_password_auth (test/harden_pg_test.go: a wrong password must fail).
+host    all          +walrelay_password_auth  127.0.0.1/32  scram-sha-256
 local   all          all                 trust
 local   replication  all                 trust
 host    all          all  127.0.0.1/32   trust

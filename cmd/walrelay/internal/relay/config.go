@@ -584,14 +584,17 @@ func columnPreset(name string) (decoder.Columns, error) {
 func (c Config) replicationConfig() replication.Config {
 	ts, _ := c.tables()
 	names := make([]string, len(ts))
+	cols := make(map[string][]string, len(ts))
 	for i, t := range ts {
 		names[i] = t.name.String()
+		cols[names[i]] = t.columns.Mapped()
 	}
 	return replication.Config{
 		DSN:                 c.PostgresDSN,
 		Slot:                c.Slot,
 		Publication:         c.Publication,
 		Tables:              names,
+		Columns:             cols,
 		NoCreateSlot:        !c.CreateSlot,
 		NoCreatePublication: !c.CreatePublication,
 		StatusInterval:      c.StatusInterval,

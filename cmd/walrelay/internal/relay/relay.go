@@ -210,7 +210,7 @@ type runner struct {
 // session streams over one replication connection until ctx is done, the
 // connection fails, or an event cannot be delivered.
 func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
-	dec, err := decoder.New(r.dcfg)
+	dec, err := decoder.New(withTableOIDs(r.dcfg, conn.TableOIDs, conn.OIDsReadAt))
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return err
