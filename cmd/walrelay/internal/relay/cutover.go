@@ -284,18 +284,21 @@ func cutoverProgress(from string, s slotState, start pglogrepl.LSN) string {
 }
 
 // stallHint is printed once when the old slot has not moved for a while.
-func stallHint(from string, s slotState) string {
+func stallHint(from string, s slotState, nudged bool) string {
 	if !s.Active {
 		return fmt.Sprintf("hint: %s is inactive, so nothing will confirm it. If Debezium is stopped for good, do not wait: "+
 			"stop this command, drop walrelay's new slot and run walrelay on Debezium's slot instead "+
 			"(walrelay run --slot %s --create-slot=false --publication <Debezium's publication.name> --create-publication=false); "+
 			"see docs/migrating-from-debezium.md", from, from)
 	}
+	nudge := "the " + CutoverNudgePrefix + " message this command wrote"
+	if !nudged {
+		nudge = "a transaction after walrelay's start (--nudge writes one)"
+	}
 	return fmt.Sprintf("hint: %s has not moved. Debezium confirms its slot only when Kafka Connect commits offsets "+
 		"(offset.flush.interval.ms) after it emitted a record since the last commit; on an idle database that needs "+
-		"heartbeat.interval.ms > 0 on the connector (e.g. 10000), and the %s message this command wrote (--nudge) "+
-		"or any write Debezium receives; set message.prefix.exclude.list=%s so that message yields no record", from,
-		CutoverNudgePrefix, CutoverNudgePrefix)
+		"heartbeat.interval.ms > 0 on the connector (e.g. 10000) and %s; set message.prefix.exclude.list=%s "+
+		"so that the message yields no record", from, nudge, CutoverNudgePrefix)
 }
 
 // Cutover creates walrelay's slot (and publication), then waits until
@@ -370,14 +373,14 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 			lastPrint = time.Now()
 		}
 		if !hinted && cfg.StallWarning > 0 && time.Since(lastMove) >= cfg.StallWarning {
-			fmt.Fprintln(out, stallHint(cfg.FromSlot, s))
+			fmt.Fprintln(out, stallHint(cfg.FromSlot, s, cfg.Nudge))
 			hinted = true
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not reach walrelay's start %s within %s (confirmed %s, %d bytes to go); %s. "+
 				"Debezium keeps running; walrelay's slot %s stays and retains WAL: run cutover again (it reuses the slot) "+
 				"or drop it", cfg.FromSlot, start, cfg.Timeout, s.Confirmed, uint64(start-s.Confirmed),
-				strings.TrimPrefix(stallHint(cfg.FromSlot, s), "hint: "), cfg.Slot)
+				strings.TrimPrefix(stallHint(cfg.FromSlot, s, cfg.Nudge), "hint: "), cfg.Slot)
 		}
 		select {
 		case <-ctx.Done():

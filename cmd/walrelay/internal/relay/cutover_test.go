@@ -136,11 +136,11 @@ func TestCutoverProgressAndHints(t *testing.T) {
 	if got := cutoverProgress("dbz", slotState{Confirmed: 0x2000}, start); !strings.Contains(got, ">=") {
 		t.Errorf("done progress: %q", got)
 	}
-	if got := stallHint("dbz", slotState{Active: true}); !strings.Contains(got, "heartbeat.interval.ms") ||
+	if got := stallHint("dbz", slotState{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
 		!strings.Contains(got, "message.prefix.exclude.list="+CutoverNudgePrefix) {
 		t.Errorf("active stall hint: %q", got)
 	}
-	if got := stallHint("dbz", slotState{}); !strings.Contains(got, "--slot dbz --create-slot=false") {
+	if got := stallHint("dbz", slotState{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {
 		t.Errorf("inactive stall hint: %q", got)
 	}
 }
