@@ -356,7 +356,8 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if s.Confirmed != last {
+		moved := s.Confirmed != last
+		if moved {
 			last, lastMove = s.Confirmed, time.Now()
 		}
 		if s.Confirmed >= start {
@@ -368,7 +369,7 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 				start, cfg.Slot, cfg.Publication, cfg.FromSlot, start, start)
 			return nil
 		}
-		if time.Since(lastPrint) >= 5*time.Second || s.Confirmed != last {
+		if moved || time.Since(lastPrint) >= 5*time.Second {
 			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
 			lastPrint = time.Now()
 		}
