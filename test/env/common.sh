@@ -100,6 +100,10 @@ stop_services() {
 			esac
 		done < <(tac "$dir/services")
 	fi
+	# The Debezium worker (test/cutover_test.go) before the broker and Postgres it uses.
+	if [ -f "$dir/debezium/connect.pid" ]; then
+		WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/debezium.sh" stop 8>&- 9>&- || true
+	fi
 	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/kafka.sh" stop 8>&- 9>&- || true
 	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" stop 8>&- 9>&- || true
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests need and is missing, on Debian (as root), and resolves
-# the Kafka broker jars into the cache. Installs nothing when everything is there.
+# the Kafka broker and Debezium (Kafka Connect) jars into the cache. Installs nothing when
+# everything is there.
 #
 #   Postgres server binaries (initdb, pg_ctl, pg_recvlogical) and psql  <- apt: postgresql
 #   kcat                                                                <- apt: kcat
@@ -29,6 +30,7 @@ for b in initdb pg_ctl pg_isready pg_recvlogical; do
 done
 command -v psql >/dev/null || missing+=(postgresql)
 command -v kcat >/dev/null || missing+=(kcat)
+command -v curl >/dev/null || missing+=(curl) # debezium.sh asks Kafka Connect's REST API
 
 java_major() {
 	local j="java"
@@ -82,3 +84,5 @@ reserve_ports
 
 # Warm the broker jar cache (no-op when cached).
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
+# Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).
+"$WALRELAY_ENV_DIR/debezium.sh" fetch

@@ -32,6 +32,7 @@ Usage:
   walrelay doctor  [flags]   check Postgres and Kafka prerequisites and say how to fix each
   walrelay status  [flags]   show the slot's position, lag and retained WAL
   walrelay prune   [flags]   delete (or drop partitions of) outbox rows older than --older-than
+  walrelay cutover [flags]   take over from Debezium's outbox connector without a gap (--from-slot)
   walrelay version
 
 Run 'walrelay <command> -h' for the flags. Every flag can also be set as
@@ -111,6 +112,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return ExitOK
 	case "prune":
 		return pruneCommand(ctx, rest, getenv, stdout, stderr)
+	case "cutover":
+		return cutoverCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "walrelay", Version)
 		return ExitOK

@@ -1,0 +1,447 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// CutoverNudgePrefix is the prefix of the one transactional logical message
+// `walrelay cutover` writes after creating walrelay's slot. Debezium only
+// confirms its slot on an offset commit after it emitted a record (a change
+// or a heartbeat), so on an idle database its slot stays below walrelay's
+// start unless a transaction after it arrives; this message is that
+// transaction. Debezium turns a logical message into a record on
+// <topic.prefix>.message unless message.prefix.exclude.list names the prefix.
+// walrelay itself counts it as a foreign message.
+const CutoverNudgePrefix = "walrelay.cutover"
+
+// CutoverConfig is what `walrelay cutover` needs.
+type CutoverConfig struct {
+	PostgresDSN string
+	// Slot, Publication and Tables are walrelay's, as `walrelay run` gets
+	// them (defaults walrelay, walrelay, public.outbox).
+	Slot              string
+	Publication       string
+	Tables            []string
+	CreatePublication bool
+	// FromSlot is the slot of the system walrelay replaces (Debezium's
+	// slot.name). Required.
+	FromSlot string
+	// Timeout bounds the wait for FromSlot to reach walrelay's start
+	// (default 10m).
+	Timeout time.Duration
+	// PollInterval is how often both slots are read (default 1s).
+	PollInterval time.Duration
+	// StallWarning is how long FromSlot may stay still before the command
+	// says what usually keeps it there (default 60s).
+	StallWarning time.Duration
+	// Nudge writes one transactional logical message (CutoverNudgePrefix)
+	// after walrelay's slot exists, so an idle database has a transaction
+	// past walrelay's start that FromSlot can confirm (default true).
+	Nudge bool
+	// DropFromSlot drops FromSlot instead of waiting, after checking that it
+	// is inactive and confirmed at or past StartLSN.
+	DropFromSlot bool
+	// StartLSN is walrelay's start (the consistent point the first cutover
+	// run printed); with DropFromSlot. Zero: walrelay's slot's confirmed
+	// position, which is at or past its start.
+	StartLSN pglogrepl.LSN
+}
+
+// DefaultCutoverConfig returns the cutover configuration used when nothing is
+// set; FromSlot has no default.
+func DefaultCutoverConfig() CutoverConfig {
+	return CutoverConfig{
+		Slot: "walrelay", Publication: "walrelay", Tables: []string{"public.outbox"}, CreatePublication: true,
+		Timeout: 10 * time.Minute, PollInterval: time.Second, StallWarning: time.Minute, Nudge: true,
+	}
+}
+
+type lsnVal struct{ p *pglogrepl.LSN }
+
+func (v lsnVal) String() string {
+	if v.p == nil || *v.p == 0 {
+		return ""
+	}
+	return v.p.String()
+}
+func (v lsnVal) Set(s string) error {
+	l, err := pglogrepl.ParseLSN(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not an LSN like 0/1A2B3C4", s)
+	}
+	*v.p = l
+	return nil
+}
+
+func (c *CutoverConfig) settings() []setting {
+	return []setting{
+		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
+		{"slot", "walrelay's replication slot (created here)", stringVal{&c.Slot}},
+		{"publication", "walrelay's publication (created when missing, as by walrelay run)", stringVal{&c.Publication}},
+		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
+		{"create-publication", "create the publication when missing", boolVal{&c.CreatePublication}},
+		{"from-slot", "the slot of the system walrelay replaces (Debezium's slot.name); required", stringVal{&c.FromSlot}},
+		{"timeout", "how long to wait for --from-slot to confirm walrelay's start", durVal{&c.Timeout}},
+		{"poll-interval", "how often both slots are read", durVal{&c.PollInterval}},
+		{"stall-warning", "how long --from-slot may stand still before a hint is printed", durVal{&c.StallWarning}},
+		{"nudge", "write one transactional logical message with prefix " + CutoverNudgePrefix + " after creating the slot (moves Debezium's slot on an idle database)", boolVal{&c.Nudge}},
+		{"drop-from-slot", "drop --from-slot (after checking it is inactive and confirmed at or past --start-lsn) instead of waiting", boolVal{&c.DropFromSlot}},
+		{"start-lsn", "with --drop-from-slot: walrelay's start LSN printed by the first cutover run (default: walrelay's slot's confirmed position)", lsnVal{&c.StartLSN}},
+	}
+}
+
+// Validate reports the first value cutover refuses, as a *ConfigError.
+func (c CutoverConfig) Validate() error {
+	bad := func(key string, format string, args ...any) error {
+		return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.PostgresDSN == "":
+		return bad("postgres-dsn", "required")
+	case c.FromSlot == "":
+		return bad("from-slot", "required: the replication slot of the system walrelay replaces (Debezium's slot.name)")
+	case c.FromSlot == c.Slot:
+		return bad("from-slot", "%q is walrelay's own --slot; to run walrelay on that slot directly see docs/migrating-from-debezium.md", c.FromSlot)
+	case c.Timeout <= 0:
+		return bad("timeout", "must be positive")
+	case c.PollInterval <= 0:
+		return bad("poll-interval", "must be positive")
+	case c.StallWarning < 0:
+		return bad("stall-warning", "must not be negative")
+	case c.StartLSN != 0 && !c.DropFromSlot:
+		return bad("start-lsn", "only with --drop-from-slot")
+	}
+	if err := replication.ValidateIdentifier(c.FromSlot); err != nil {
+		return bad("from-slot", "%w", err)
+	}
+	rc := c.replicationConfig()
+	if err := rc.Validate(); err != nil {
+		return &ConfigError{Key: strings.SplitN(err.Error(), ":", 2)[0], Err: err}
+	}
+	return nil
+}
+
+func (c CutoverConfig) replicationConfig() replication.Config {
+	return replication.Config{DSN: c.PostgresDSN, Slot: c.Slot, Publication: c.Publication, Tables: c.Tables,
+		NoCreatePublication: !c.CreatePublication}
+}
+
+const cutoverUsage = `Usage: walrelay cutover --from-slot <debezium slot> [flags]
+
+Takes over from a running Debezium outbox connector without a gap:
+  1. creates walrelay's publication (when missing) and slot, and prints its start LSN;
+  2. waits until --from-slot has confirmed that position (Debezium delivered and
+     committed everything before it), printing both positions;
+  3. says it is safe to stop Debezium and exits 0. It stops nothing itself.
+Then stop Debezium, start walrelay run with the same --slot/--publication/--table,
+and drop Debezium's slot with
+  walrelay cutover --from-slot <debezium slot> --drop-from-slot --start-lsn <printed LSN>
+Events committed between walrelay's start and Debezium's stop arrive twice:
+consumers deduplicate on the id header. See docs/migrating-from-debezium.md.
+
+Flags:
+`
+
+func cutoverCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	log := newLogger(stderr, "info", "json")
+	cfg, err := loadCutoverConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		log.Error("invalid configuration", "error", err.Error())
+		return ExitConfig
+	}
+	if cfg.DropFromSlot {
+		err = DropFromSlot(ctx, cfg, stdout)
+	} else {
+		err = Cutover(ctx, cfg, stdout)
+	}
+	if err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			log.Error("invalid configuration", "error", err.Error())
+			return ExitConfig
+		}
+		log.Error("cutover failed", "error", err.Error(), "slot", cfg.Slot, "from_slot", cfg.FromSlot)
+		return ExitFailure
+	}
+	return ExitOK
+}
+
+// loadCutoverConfig reads the cutover flags over the WALRELAY_* environment
+// over the defaults, and validates the result.
+func loadCutoverConfig(args []string, getenv func(string) string, stderr io.Writer) (CutoverConfig, error) {
+	cfg := DefaultCutoverConfig()
+	for _, s := range cfg.settings() {
+		if v, ok := lookupEnv(getenv, s.env()); ok {
+			if err := s.value.Set(v); err != nil {
+				return CutoverConfig{}, &ConfigError{Key: s.name, Source: "env " + s.env(), Err: err}
+			}
+		}
+	}
+	fs := flag.NewFlagSet("walrelay cutover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), cutoverUsage)
+		fs.PrintDefaults()
+	}
+	for _, s := range cfg.settings() {
+		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return CutoverConfig{}, err
+		}
+		return CutoverConfig{}, &ConfigError{Key: "flags", Err: err}
+	}
+	if fs.NArg() > 0 {
+		return CutoverConfig{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := cfg.Validate(); err != nil {
+		return CutoverConfig{}, err
+	}
+	return cfg, nil
+}
+
+// slotState is what cutover reads of a replication slot.
+type slotState struct {
+	Plugin    string
+	Logical   bool
+	SameDB    bool
+	Active    bool
+	Confirmed pglogrepl.LSN
+	WALStatus string
+	WALEnd    pglogrepl.LSN // pg_current_wal_lsn() at the time of the read
+}
+
+// ErrSlotMissing reports that a slot cutover needs does not exist.
+var ErrSlotMissing = errors.New("replication slot does not exist")
+
+func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (slotState, error) {
+	esc, err := conn.EscapeString(name)
+	if err != nil {
+		return slotState{}, err
+	}
+	res, err := conn.Exec(ctx, `SELECT coalesce(plugin, ''), slot_type = 'logical', coalesce(database = current_database(), false), active,
+		coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(wal_status, ''), pg_current_wal_lsn()::text
+		FROM pg_replication_slots WHERE slot_name = '`+esc+`'`).ReadAll()
+	if err != nil {
+		return slotState{}, fmt.Errorf("read slot %s: %w", name, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return slotState{}, fmt.Errorf("slot %q: %w", name, ErrSlotMissing)
+	}
+	r := res[0].Rows[0]
+	s := slotState{Plugin: string(r[0]), Logical: string(r[1]) == "t", SameDB: string(r[2]) == "t", Active: string(r[3]) == "t",
+		WALStatus: string(r[5])}
+	if s.Confirmed, err = pglogrepl.ParseLSN(string(r[4])); err != nil {
+		return slotState{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, r[4], err)
+	}
+	if s.WALEnd, err = pglogrepl.ParseLSN(string(r[6])); err != nil {
+		return slotState{}, fmt.Errorf("pg_current_wal_lsn %q: %w", r[6], err)
+	}
+	return s, nil
+}
+
+// checkFromSlot refuses a --from-slot that cannot be the slot of the system
+// walrelay replaces.
+func checkFromSlot(name string, s slotState) error {
+	switch {
+	case !s.Logical:
+		return fmt.Errorf("slot %q is not a logical replication slot", name)
+	case !s.SameDB:
+		return fmt.Errorf("slot %q belongs to another database: connect --postgres-dsn to the database Debezium captures", name)
+	case s.WALStatus == "lost":
+		return fmt.Errorf("slot %q was invalidated (wal_status lost): the WAL it still needed is gone, so Debezium cannot deliver what it had not read; reconcile the outbox rows since its position by hand", name)
+	}
+	return nil
+}
+
+// cutoverProgress is one line of progress: where the old slot is, and how
+// much WAL it still has to confirm before it reaches walrelay's start.
+func cutoverProgress(from string, s slotState, start pglogrepl.LSN) string {
+	if s.Confirmed >= start {
+		return fmt.Sprintf("%s confirmed %s >= walrelay start %s", from, s.Confirmed, start)
+	}
+	active := "active"
+	if !s.Active {
+		active = "INACTIVE (is Debezium running?)"
+	}
+	return fmt.Sprintf("waiting: %s confirmed %s, walrelay start %s, %d bytes to go, slot %s", from, s.Confirmed, start,
+		uint64(start-s.Confirmed), active)
+}
+
+// stallHint is printed once when the old slot has not moved for a while.
+func stallHint(from string, s slotState, nudged bool) string {
+	if !s.Active {
+		return fmt.Sprintf("hint: %s is inactive, so nothing will confirm it. If Debezium is stopped for good, do not wait: "+
+			"stop this command, drop walrelay's new slot and run walrelay on Debezium's slot instead "+
+			"(walrelay run --slot %s --create-slot=false --publication <Debezium's publication.name> --create-publication=false); "+
+			"see docs/migrating-from-debezium.md", from, from)
+	}
+	nudge := "the " + CutoverNudgePrefix + " message this command wrote"
+	if !nudged {
+		nudge = "a transaction after walrelay's start (--nudge writes one)"
+	}
+	return fmt.Sprintf("hint: %s has not moved. Debezium confirms its slot only when Kafka Connect commits offsets "+
+		"(offset.flush.interval.ms) after it emitted a record since the last commit; on an idle database that needs "+
+		"heartbeat.interval.ms > 0 on the connector (e.g. 10000) and %s; set message.prefix.exclude.list=%s "+
+		"so that the message yields no record", from, nudge, CutoverNudgePrefix)
+}
+
+// Cutover creates walrelay's slot (and publication), then waits until
+// cfg.FromSlot has confirmed the slot's start, printing progress to out. It
+// returns nil when it is safe to stop the old system. It changes nothing but
+// walrelay's publication and slot (and writes the nudge message).
+func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+
+	from, err := readSlot(ctx, conn, cfg.FromSlot)
+	if err != nil {
+		return err
+	}
+	if err := checkFromSlot(cfg.FromSlot, from); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: plugin %s, confirmed %s, active %v\n", cfg.FromSlot, from.Plugin, from.Confirmed, from.Active)
+
+	rc, err := replication.Open(ctx, cfg.replicationConfig())
+	if err != nil {
+		return fmt.Errorf("create walrelay's slot: %w", err)
+	}
+	start, created := rc.Start, rc.Created
+	if err := rc.Close(ctx); err != nil {
+		return fmt.Errorf("close replication connection: %w", err)
+	}
+	if created {
+		fmt.Fprintf(out, "created slot %s (publication %s) at %s: walrelay will relay every transaction committed from there on\n",
+			cfg.Slot, cfg.Publication, start)
+	} else {
+		fmt.Fprintf(out, "slot %s exists; its confirmed position %s is walrelay's start\n", cfg.Slot, start)
+	}
+	if cfg.Nudge {
+		// One transaction past walrelay's start for Debezium to confirm.
+		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+CutoverNudgePrefix+"', '"+start.String()+"')").ReadAll(); err != nil {
+			return fmt.Errorf("write the nudge message: %w", err)
+		}
+	}
+
+	deadline := time.Now().Add(cfg.Timeout)
+	last, lastMove, hinted := from.Confirmed, time.Now(), false
+	lastPrint := time.Time{}
+	for {
+		s, err := readSlot(ctx, conn, cfg.FromSlot)
+		if errors.Is(err, ErrSlotMissing) {
+			return fmt.Errorf("%s was dropped while waiting: events committed before %s that Debezium had not delivered may be lost; "+
+				"reconcile the outbox rows committed before %s against Kafka", cfg.FromSlot, start, start)
+		}
+		if err != nil {
+			return err
+		}
+		moved := s.Confirmed != last
+		if moved {
+			last, lastMove = s.Confirmed, time.Now()
+		}
+		if s.Confirmed >= start {
+			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
+			fmt.Fprintf(out, "safe to stop Debezium now: it delivered everything committed before %s.\n"+
+				"next: 1. stop the Debezium connector; 2. start walrelay run --slot %s --publication %s;\n"+
+				"      3. walrelay cutover --from-slot %s --drop-from-slot --start-lsn %s\n"+
+				"events committed between %s and Debezium's stop arrive twice: deduplicate on the id header\n",
+				start, cfg.Slot, cfg.Publication, cfg.FromSlot, start, start)
+			return nil
+		}
+		if moved || time.Since(lastPrint) >= 5*time.Second {
+			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
+			lastPrint = time.Now()
+		}
+		if !hinted && cfg.StallWarning > 0 && time.Since(lastMove) >= cfg.StallWarning {
+			fmt.Fprintln(out, stallHint(cfg.FromSlot, s, cfg.Nudge))
+			hinted = true
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not reach walrelay's start %s within %s (confirmed %s, %d bytes to go); %s. "+
+				"Debezium keeps running; walrelay's slot %s stays and retains WAL: run cutover again (it reuses the slot) "+
+				"or drop it", cfg.FromSlot, start, cfg.Timeout, s.Confirmed, uint64(start-s.Confirmed),
+				strings.TrimPrefix(stallHint(cfg.FromSlot, s, cfg.Nudge), "hint: "), cfg.Slot)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(cfg.PollInterval):
+		}
+	}
+}
+
+// DropFromSlot drops cfg.FromSlot after a second check: it must be inactive
+// (the old system stopped) and confirmed at or past walrelay's start.
+func DropFromSlot(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	from, err := readSlot(cctx, conn, cfg.FromSlot)
+	if err != nil {
+		return err
+	}
+	if err := checkFromSlot(cfg.FromSlot, from); err != nil && from.WALStatus != "lost" {
+		return err
+	}
+	start := cfg.StartLSN
+	if start == 0 {
+		own, err := readSlot(cctx, conn, cfg.Slot)
+		if err != nil {
+			return fmt.Errorf("walrelay's slot: %w (pass --start-lsn)", err)
+		}
+		start = own.Confirmed
+	}
+	if err := dropVerdict(cfg.FromSlot, from, start, cfg.StartLSN != 0); err != nil {
+		return err
+	}
+	esc, err := conn.EscapeString(cfg.FromSlot)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(cctx, "SELECT pg_drop_replication_slot('"+esc+"')").ReadAll(); err != nil {
+		return fmt.Errorf("drop slot %s: %w", cfg.FromSlot, err)
+	}
+	fmt.Fprintf(out, "dropped slot %s (confirmed %s >= walrelay start %s)\n", cfg.FromSlot, from.Confirmed, start)
+	return nil
+}
+
+// dropVerdict decides whether the old slot may be dropped; exact says start
+// is walrelay's real start rather than its slot's (later) confirmed position.
+func dropVerdict(name string, s slotState, start pglogrepl.LSN, exact bool) error {
+	switch {
+	case s.Active:
+		return fmt.Errorf("slot %q is active: stop Debezium first", name)
+	case s.Confirmed < start && exact:
+		return fmt.Errorf("slot %q confirmed only %s, below walrelay's start %s: events committed before %s may exist only in it; "+
+			"keep it and run Debezium until walrelay cutover says it is safe", name, s.Confirmed, start, start)
+	case s.Confirmed < start:
+		return fmt.Errorf("slot %q confirmed %s, below walrelay's slot's position %s; pass --start-lsn with the start "+
+			"the first cutover run printed", name, s.Confirmed, start)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+func TestLoadCutoverConfig(t *testing.T) {
+	dsn := "postgres://u@127.0.0.1:5432/db"
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantKey string // ConfigError key; "" for success
+		check   func(t *testing.T, c CutoverConfig)
+	}{
+		{name: "defaults", args: []string{"--postgres-dsn", dsn, "--from-slot", "debezium"},
+			check: func(t *testing.T, c CutoverConfig) {
+				if c.Slot != "walrelay" || c.Publication != "walrelay" || !c.Nudge || c.Timeout != 10*time.Minute || !c.CreatePublication {
+					t.Errorf("defaults: %+v", c)
+				}
+			}},
+		{name: "env", args: []string{"--from-slot", "debezium"}, env: map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_SLOT": "wr"},
+			check: func(t *testing.T, c CutoverConfig) {
+				if c.PostgresDSN != dsn || c.Slot != "wr" {
+					t.Errorf("env not applied: %+v", c)
+				}
+			}},
+		{name: "drop with start lsn", args: []string{"--postgres-dsn", dsn, "--from-slot", "debezium", "--drop-from-slot", "--start-lsn", "1/2A"},
+			check: func(t *testing.T, c CutoverConfig) {
+				if !c.DropFromSlot || c.StartLSN != pglogrepl.LSN(1<<32|0x2A) {
+					t.Errorf("drop flags: %+v", c)
+				}
+			}},
+		{name: "dsn required", args: []string{"--from-slot", "debezium"}, wantKey: "postgres-dsn"},
+		{name: "from-slot required", args: []string{"--postgres-dsn", dsn}, wantKey: "from-slot"},
+		{name: "from-slot is walrelay's own", args: []string{"--postgres-dsn", dsn, "--from-slot", "walrelay"}, wantKey: "from-slot"},
+		{name: "bad timeout", args: []string{"--postgres-dsn", dsn, "--from-slot", "d", "--timeout", "0"}, wantKey: "timeout"},
+		{name: "start-lsn without drop", args: []string{"--postgres-dsn", dsn, "--from-slot", "d", "--start-lsn", "0/1"}, wantKey: "start-lsn"},
+		{name: "bad lsn", args: []string{"--postgres-dsn", dsn, "--from-slot", "d", "--drop-from-slot", "--start-lsn", "x"}, wantKey: "flags"},
+		{name: "bad slot name", args: []string{"--postgres-dsn", dsn, "--from-slot", "d", "--slot", "Bad-Slot"}, wantKey: "slot"},
+		{name: "stray argument", args: []string{"--postgres-dsn", dsn, "--from-slot", "d", "extra"}, wantKey: "flags"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadCutoverConfig(tc.args, envMap(tc.env), io.Discard)
+			if tc.wantKey == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				tc.check(t, c)
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Key != tc.wantKey {
+				t.Fatalf("error %v, want a ConfigError for %q", err, tc.wantKey)
+			}
+		})
+	}
+}
+
+func TestCutoverHelp(t *testing.T) {
+	var out bytes.Buffer
+	_, err := loadCutoverConfig([]string{"-h"}, envMap(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--drop-from-slot") || !strings.Contains(out.String(), "from-slot") {
+		t.Fatalf("help: err %v, output %q", err, out.String())
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(t.Context(), []string{"cutover"}, envMap(nil), &stdout, &stderr); code != ExitConfig {
+		t.Fatalf("cutover without flags: exit %d, want %d (stderr %s)", code, ExitConfig, stderr.String())
+	}
+}
+
+func TestCheckFromSlot(t *testing.T) {
+	ok := slotState{Plugin: "pgoutput", Logical: true, SameDB: true}
+	tests := []struct {
+		name string
+		s    slotState
+		want string
+	}{
+		{"fine", ok, ""},
+		{"physical", slotState{SameDB: true}, "not a logical"},
+		{"other database", slotState{Logical: true}, "another database"},
+		{"lost", slotState{Logical: true, SameDB: true, WALStatus: "lost"}, "invalidated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkFromSlot("dbz", tc.s)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("checkFromSlot = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDropVerdict(t *testing.T) {
+	const start = pglogrepl.LSN(1000)
+	tests := []struct {
+		name  string
+		s     slotState
+		exact bool
+		want  string
+	}{
+		{"inactive and past start", slotState{Confirmed: 1000}, true, ""},
+		{"inactive and past own slot", slotState{Confirmed: 2000}, false, ""},
+		{"still active", slotState{Active: true, Confirmed: 5000}, true, "stop Debezium first"},
+		{"below start", slotState{Confirmed: 999}, true, "below walrelay's start"},
+		{"below own slot's position", slotState{Confirmed: 999}, false, "pass --start-lsn"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := dropVerdict("dbz", tc.s, start, tc.exact)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("dropVerdict = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCutoverProgressAndHints(t *testing.T) {
+	start := pglogrepl.LSN(0x2000)
+	if got := cutoverProgress("dbz", slotState{Active: true, Confirmed: 0x1000}, start); !strings.Contains(got, "4096 bytes to go") ||
+		!strings.Contains(got, "0/1000") || !strings.Contains(got, "0/2000") {
+		t.Errorf("progress: %q", got)
+	}
+	if got := cutoverProgress("dbz", slotState{Confirmed: 0x1000}, start); !strings.Contains(got, "INACTIVE") {
+		t.Errorf("inactive progress: %q", got)
+	}
+	if got := cutoverProgress("dbz", slotState{Confirmed: 0x2000}, start); !strings.Contains(got, ">=") {
+		t.Errorf("done progress: %q", got)
+	}
+	if got := stallHint("dbz", slotState{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
+		!strings.Contains(got, "message.prefix.exclude.list="+CutoverNudgePrefix) {
+		t.Errorf("active stall hint: %q", got)
+	}
+	if got := stallHint("dbz", slotState{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {
+		t.Errorf("inactive stall hint: %q", got)
+	}
+}

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Kafka Connect standalone worker with Debezium's Postgres connector and the outbox EventRouter,
+# for test/cutover_test.go (cutting over from a running Debezium). Jars from Maven Central.
+#
+#   debezium.sh fetch   resolve the worker jars into the cache (no-op when cached)
+#   debezium.sh start   start the worker (no connectors: tests add them over the REST API); waits
+#                       until GET / answers; idempotent
+#   debezium.sh stop    SIGTERM and wait (SIGKILL after 60 s); no-op when not running
+#   debezium.sh status  exit 0 when running, 3 when not
+#   debezium.sh env     print `export ...` lines
+#
+# Environment:
+#   WALRELAY_TEST_DIR                 state root (default /tmp/walrelay-test); the worker lives in ./debezium
+#   WALRELAY_TEST_KAFKA_PORT          the test broker's port on 127.0.0.1 (default 59092)
+#   WALRELAY_TEST_CONNECT_PORT        Connect REST port on 127.0.0.1 (default WALRELAY_TEST_KAFKA_PORT+8)
+#   WALRELAY_TEST_CONNECT_FLUSH_MS    offset.flush.interval.ms (default 10000): how long Debezium
+#                                     waits between offset commits, hence between slot confirmations
+#   WALRELAY_DEBEZIUM_VERSION         io.debezium version (default 3.7.0.Final)
+#   WALRELAY_CONNECT_VERSION          org.apache.kafka:connect-runtime version (default 4.3.1)
+#   WALRELAY_CACHE                    jar cache (default $HOME/.cache/walrelay), outside the work tree
+#   WALRELAY_TEST_CONNECT_HEAP        JVM heap flags (default "-Xms128m -Xmx512m")
+#   WALRELAY_TEST_CONNECT_START_TIMEOUT  seconds to wait for the REST API (default 180)
+set -euo pipefail
+# shellcheck source=common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+WALRELAY_LOG_TAG=debezium
+
+DBZ_VERSION="${WALRELAY_DEBEZIUM_VERSION:-3.7.0.Final}"
+CONNECT_VERSION="${WALRELAY_CONNECT_VERSION:-4.3.1}"
+KAFKA_PORT="${WALRELAY_TEST_KAFKA_PORT:-59092}"
+REST_PORT="${WALRELAY_TEST_CONNECT_PORT:-$((KAFKA_PORT + 8))}"
+REST="http://127.0.0.1:$REST_PORT"
+FLUSH_MS="${WALRELAY_TEST_CONNECT_FLUSH_MS:-10000}"
+CACHE_DIR="$(abs_path "${WALRELAY_CACHE:-$HOME/.cache/walrelay}")/debezium-$DBZ_VERSION-connect-$CONNECT_VERSION"
+LIBS="$CACHE_DIR/libs"
+STATE="$(abs_path "$WALRELAY_TEST_DIR")/debezium"
+PIDFILE="$STATE/connect.pid"
+PROPS="$STATE/worker.properties"
+LOG4J="$STATE/log4j2.properties"
+START_TIMEOUT="${WALRELAY_TEST_CONNECT_START_TIMEOUT:-180}"
+
+fetch() {
+	if [ -f "$LIBS/.complete" ]; then
+		return
+	fi
+	command -v mvn >/dev/null || die "mvn not found (run test/env/deps.sh)"
+	mkdir -p "$CACHE_DIR"
+	# One resolver at a time; others wait and then find the cache filled.
+	exec 9>"$CACHE_DIR/.lock"
+	flock 9
+	if [ ! -f "$LIBS/.complete" ]; then
+		local tmp="$CACHE_DIR/libs.tmp.$$" t0=$SECONDS
+		rm -rf "$tmp"
+		log "resolving debezium-connector-postgres:$DBZ_VERSION + connect-runtime:$CONNECT_VERSION from Maven into $LIBS"
+		if ! mvn -B -q -Dstyle.color=never -f "$WALRELAY_ROOT/test/debezium/pom.xml" \
+			-Ddebezium.version="$DBZ_VERSION" -Dconnect.version="$CONNECT_VERSION" \
+			dependency:copy-dependencies -DoutputDirectory="$tmp" >"$CACHE_DIR/mvn.log" 2>&1; then
+			sed 's/\x1b\[[0-9;]*m//g' "$CACHE_DIR/mvn.log" >&2
+			rm -rf "$tmp"
+			die "maven could not resolve the Debezium jars (log: $CACHE_DIR/mvn.log)"
+		fi
+		for j in "debezium-connector-postgres-$DBZ_VERSION.jar" "debezium-connect-plugins-$DBZ_VERSION.jar" "connect-runtime-$CONNECT_VERSION.jar"; do
+			[ -f "$tmp/$j" ] || die "$j missing after resolution"
+		done
+		ls "$tmp" >"$tmp/.complete"
+		rm -rf "$LIBS"
+		mv "$tmp" "$LIBS"
+		log "resolved $(($(wc -l <"$LIBS/.complete"))) jars in $((SECONDS - t0)) s"
+	fi
+	exec 9>&-
+}
+
+java_bin() {
+	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+		printf '%s\n' "$JAVA_HOME/bin/java"
+	else
+		command -v java || die "java not found (run test/env/deps.sh)"
+	fi
+}
+
+write_config() {
+	mkdir -p "$STATE/logs" "$STATE/tmp"
+	cat >"$PROPS" <<EOC
+# Written by test/env/debezium.sh on every start; edits are lost.
+bootstrap.servers=127.0.0.1:$KAFKA_PORT
+listeners=http://127.0.0.1:$REST_PORT
+# The outbox EventRouter's key is the aggregate id and its value the payload text: strings on
+# the wire, byte for byte what walrelay writes.
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+header.converter=org.apache.kafka.connect.storage.SimpleHeaderConverter
+offset.storage.file.filename=$STATE/offsets.dat
+# Debezium confirms its slot only when Connect commits offsets: this is how far behind it is.
+offset.flush.interval.ms=$FLUSH_MS
+offset.flush.timeout.ms=5000
+task.shutdown.graceful.timeout.ms=10000
+connector.client.config.override.policy=All
+plugin.discovery=only_scan
+EOC
+	cat >"$LOG4J" <<EOC
+status = warn
+name = walrelay-test-connect
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $STATE/logs/connect.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = warn
+logger.worker.name = org.apache.kafka.connect.runtime.WorkerSourceTask
+logger.worker.level = info
+logger.dbz.name = io.debezium
+logger.dbz.level = info
+EOC
+}
+
+worker_pid() {
+	local pid
+	pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+	[ -n "$pid" ] && pid_alive "$pid" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "ConnectStandalone $PROPS" || return 1
+	printf '%s\n' "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+answers() { curl -fsS -m 5 "$REST/" >/dev/null 2>&1; }
+
+cmd_start() {
+	local pid t0=$SECONDS
+	if pid="$(worker_pid)"; then
+		log "already running on $REST (pid $pid)"
+		return
+	fi
+	fetch
+	command -v curl >/dev/null || die "curl not found"
+	local deadline=$((SECONDS + 10))
+	while port_open "$REST_PORT"; do
+		[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$REST_PORT is taken by another process"
+		sleep 0.2
+	done
+	ensure_state_dir "$WALRELAY_TEST_DIR"
+	mkdir -p "$STATE"
+	write_config
+	register debezium
+	log "starting Kafka Connect $CONNECT_VERSION + Debezium $DBZ_VERSION on $REST (broker 127.0.0.1:$KAFKA_PORT)"
+	(
+		read -r -a heap <<<"${WALRELAY_TEST_CONNECT_HEAP:--Xms128m -Xmx512m}"
+		pre=()
+		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
+		exec "${pre[@]}" "$(java_bin)" "${heap[@]}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError \
+			-XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" -Djava.awt.headless=true \
+			-Dlog4j2.configurationFile="file:$LOG4J" -cp "$LIBS/*" \
+			org.apache.kafka.connect.cli.ConnectStandalone "$PROPS"
+	) </dev/null >>"$STATE/connect.out" 2>&1 &
+	pid=$!
+	printf '%s\n' "$pid" >"$PIDFILE"
+	deadline=$((SECONDS + START_TIMEOUT))
+	until answers; do
+		if ! pid_alive "$pid"; then
+			tail -n 40 "$STATE/connect.out" "$STATE/logs/connect.log" >&2 2>/dev/null || true
+			die "worker exited during startup (logs: $STATE/connect.out, $STATE/logs/connect.log)"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			tail -n 40 "$STATE/logs/connect.log" >&2 2>/dev/null || true
+			die "Connect REST on $REST did not answer within ${START_TIMEOUT}s"
+		fi
+		sleep 0.5
+	done
+	log "ready on $REST (pid $pid) in $((SECONDS - t0)) s"
+}
+
+cmd_stop() {
+	local pid
+	if ! pid="$(worker_pid)"; then
+		rm -f "$PIDFILE"
+		log "not running"
+		return
+	fi
+	log "stopping (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	if ! wait_pid_gone "$pid" 60; then
+		log "no exit after 60 s; SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
+	fi
+	rm -f "$PIDFILE"
+}
+
+cmd_status() {
+	local pid
+	if pid="$(worker_pid)"; then
+		echo "debezium (connect) running on $REST (pid $pid, state $STATE)"
+	else
+		echo "debezium (connect) not running (state $STATE)"
+		return 3
+	fi
+}
+
+cmd_env() {
+	emit_export WALRELAY_TEST_CONNECT "$REST"
+	emit_export WALRELAY_TEST_CONNECT_LOG "$STATE/logs/connect.log"
+}
+
+case "${1:-}" in
+fetch) fetch ;;
+start) cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+env) cmd_env ;;
+*)
+	echo "usage: $0 fetch|start|stop|status|env" >&2
+	exit 2
+	;;
+esac
