@@ -73,6 +73,14 @@ type Config struct {
 	LogLevel  string
 	LogFormat string
 	PProf     bool
+
+	// SlotMetricsInterval is how often pg_replication_slots is read for the
+	// walrelay_slot_* metrics (0 disables). StandbyRetryInterval is the fixed
+	// wait between tries of a slot held by another process. SlotFailover
+	// creates the slot with failover = true (Postgres 17+).
+	SlotMetricsInterval  time.Duration
+	StandbyRetryInterval time.Duration
+	SlotFailover         bool
 }
 
 // setting binds one configuration key to its flag, env var and YAML key.
@@ -221,6 +229,8 @@ func Defaults() Config {
 		MaxBufferedBytes:       64 << 20,
 		LogLevel:               "info",
 		LogFormat:              "json",
+		SlotMetricsInterval:    5 * time.Second,
+		StandbyRetryInterval:   time.Second,
 	}
 }
 
@@ -266,6 +276,9 @@ func (c *Config) settings() []setting {
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
 		{"log-format", "json or text", stringVal{&c.LogFormat}},
 		{"pprof", "serve Go profiles under /debug/pprof/ on the metrics address", boolVal{&c.PProf}},
+		{"slot-metrics-interval", "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", durVal{&c.SlotMetricsInterval}},
+		{"standby-retry-interval", "fixed wait between tries of a slot another process holds (standby)", durVal{&c.StandbyRetryInterval}},
+		{"slot-failover", "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", boolVal{&c.SlotFailover}},
 	}
 }
 
@@ -470,6 +483,12 @@ func (c Config) Validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return bad("log-format", "must be json or text, got %q", c.LogFormat)
 	}
+	if c.SlotMetricsInterval < 0 {
+		return bad("slot-metrics-interval", "must not be negative (0 disables)")
+	}
+	if c.StandbyRetryInterval <= 0 {
+		return bad("standby-retry-interval", "must be positive")
+	}
 	if err := c.replicationConfig().Validate(); err != nil {
 		// replication errors start with the key: "slot: ...".
 		key, rest, _ := strings.Cut(err.Error(), ": ")
@@ -527,6 +546,7 @@ func (c Config) replicationConfig() replication.Config {
 		NoCreatePublication: !c.CreatePublication,
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
+		SlotFailover:        c.SlotFailover,
 	}
 }
 

@@ -161,6 +161,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	if err != nil {
 		return err
 	}
+	committed := ev.CommitTime
 	done := func(err error) {
 		if err != nil {
 			p.m.produceFailures.Inc()
@@ -169,6 +170,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		}
 		ack.Done()
 		p.m.events.Inc()
+		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
 		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header
