@@ -148,7 +148,10 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 // connections, bytes, batches and records produced per broker and topic,
 // request latency, buffered records) in reg, through the client's hooks.
 func kafkaMetrics(reg *prometheus.Registry) sink.Option {
-	return sink.WithClientOpts(kgo.WithHooks(kprom.NewMetrics("walrelay", kprom.Subsystem("kafka"), kprom.Registry(reg))))
+	kp := kprom.NewMetrics("walrelay", kprom.Subsystem("kafka"), kprom.Registry(reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Batches, kprom.Records,
+			kprom.CompressedBytes, kprom.UncompressedBytes, kprom.ConsistentNaming))
+	return sink.WithClientOpts(kgo.WithHooks(kp))
 }
 
 // setRole sets walrelay_role: role is roleActive, roleStandby or "" (neither:

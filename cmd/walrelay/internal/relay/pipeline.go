@@ -168,9 +168,11 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 			p.fail(err)
 			return
 		}
-		ack.Done()
+		// Counted before the ack can move the watermark: a confirmed
+		// position implies its events are in the metrics.
 		p.m.events.Inc()
 		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
+		ack.Done()
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
 		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header
