@@ -175,7 +175,7 @@ func obsExposedNames(t *testing.T, p *walrelayProc) map[string]bool {
 // variables and by the alert rules to be in exposed (`up` is Prometheus' own).
 func obsCheckQueries(t *testing.T, exposed map[string]bool) {
 	t.Helper()
-	root := ".." // go test runs in test/
+	root := ".."                 // go test runs in test/
 	exprs := map[string]string{} // expr -> where
 	raw, err := os.ReadFile(filepath.Join(root, "deploy/grafana/walrelay-dashboard.json"))
 	if err != nil {
