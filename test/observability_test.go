@@ -130,8 +130,9 @@ func TestObservability(t *testing.T) {
 		t.Errorf("events slower than 60 s: bucket le=60 %v of %v", m[`walrelay_e2e_latency_seconds_bucket{le="60"}`], count)
 	}
 
-	exposed := obsExposedNames(t, active)
+	exposed, families := obsExposedNames(t, active)
 	obsCheckQueries(t, exposed)
+	obsCheckREADME(t, families)
 }
 
 // obsMetrics scrapes p's /metrics (see faultMetrics) or fails the test.
@@ -144,16 +145,16 @@ func obsMetrics(t *testing.T, p *walrelayProc) map[string]float64 {
 	return m
 }
 
-// obsExposedNames returns the sample names p's /metrics exposes: every family, with the
-// _bucket/_sum/_count series of histograms and summaries.
-func obsExposedNames(t *testing.T, p *walrelayProc) map[string]bool {
+// obsExposedNames returns the sample names p's /metrics exposes (every family, with the
+// _bucket/_sum/_count series of histograms and summaries) and the family names.
+func obsExposedNames(t *testing.T, p *walrelayProc) (names, families map[string]bool) {
 	t.Helper()
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + p.metricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	names := map[string]bool{}
+	names, families = map[string]bool{}, map[string]bool{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -163,12 +164,65 @@ func obsExposedNames(t *testing.T, p *walrelayProc) map[string]bool {
 		}
 		if line[0] != '#' {
 			names[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+		} else if f := strings.Fields(line); len(f) >= 3 && f[1] == "TYPE" {
+			families[f[2]] = true
 		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return names
+	return names, families
+}
+
+// obsCheckREADME requires the metrics table of README's Operations section to list
+// exactly the walrelay_* families /metrics exposes (walrelay_kafka_* are kprom's, listed
+// as a group; their names are checked to be exposed when listed).
+func obsCheckREADME(t *testing.T, families map[string]bool) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "\n## Operations\n")
+	if start < 0 {
+		t.Fatal("README has no ## Operations section")
+	}
+	section := text[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	listed := map[string]bool{}
+	name := regexp.MustCompile("`(walrelay_[a-z0-9_]+)")
+	kafka := regexp.MustCompile("`([a-z_]+_(total|bytes))`")
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, m := range name.FindAllStringSubmatch(line, -1) {
+			if !strings.HasSuffix(m[1], "_") { // walrelay_kafka_* and the like
+				listed[m[1]] = true
+			}
+		}
+		if strings.HasPrefix(line, "| `walrelay_kafka_*`") {
+			// The names before "error counters" are the ones every run exposes.
+			always, _, _ := strings.Cut(line, "error counters")
+			for _, m := range kafka.FindAllStringSubmatch(always, -1) {
+				listed["walrelay_kafka_"+m[1]] = true
+			}
+		}
+	}
+	for n := range listed {
+		if !families[n] {
+			t.Errorf("README lists %s, which /metrics does not expose", n)
+		}
+	}
+	for n := range families {
+		if strings.HasPrefix(n, "walrelay_") && !strings.HasPrefix(n, "walrelay_kafka_") && !listed[n] {
+			t.Errorf("/metrics exposes %s, which the README's metrics table does not list", n)
+		}
+	}
+	t.Logf("README Operations lists %d metric families", len(listed))
 }
 
 // obsCheckQueries requires every metric named by the dashboard's queries and template
