@@ -18,8 +18,15 @@ all: build
 test:
 	bash $(ENV_DIR)/run-tests.sh
 
+# VERSION lands in relay.Version (walrelay version, walrelay_build_info); without git,
+# the binary falls back to the VCS revision Go embeds (runtime/debug.ReadBuildInfo).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_PKG := github.com/walrelay/walrelay/cmd/walrelay/internal/relay
+LDFLAGS := $(if $(VERSION),-X $(VERSION_PKG).Version=$(VERSION)) $(if $(REVISION),-X $(VERSION_PKG).Revision=$(REVISION))
+
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/walrelay ./cmd/walrelay
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/walrelay ./cmd/walrelay
 
 demo: build
 	bash $(ENV_DIR)/demo.sh

@@ -62,6 +62,11 @@ type Config struct {
 	// Defaults 8 and 256 KiB.
 	Batches    int
 	BatchBytes int
+	// SlotFailover creates the slot with failover = true, so that Postgres
+	// 17+ synchronizes it to physical standbys (sync_replication_slots) and
+	// walrelay can resume on a promoted standby. On an older server Open
+	// refuses with a *PrereqError.
+	SlotFailover bool
 }
 
 func (c *Config) setDefaults() {
@@ -616,6 +621,11 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("look up slot: %w", err)
 	}
+	if c.cfg.SlotFailover {
+		if err := c.checkFailover(ctx, slot, len(rows) > 0); err != nil {
+			return err
+		}
+	}
 	if len(rows) == 0 {
 		if c.cfg.SlotMustExist {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q disappeared while walrelay was using it: events committed after its last confirmed position may have been skipped", c.cfg.Slot),
@@ -625,8 +635,13 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
 				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or start walrelay with --create-slot (only events written after its creation are relayed)", slot)}
 		}
-		res, err := pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		var res pglogrepl.CreateReplicationSlotResult
+		if c.cfg.SlotFailover {
+			res, err = pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
+		} else {
+			res, err = pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
+				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		}
 		if err != nil {
 			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 		}
@@ -655,6 +670,47 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 		return fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", c.cfg.Slot, confirmed, err)
 	}
 	c.Start = lsn
+	return nil
+}
+
+// failoverMinVersion is the first server_version_num with failover slots.
+const failoverMinVersion = 170000
+
+// failoverSlotSQL is the replication command that creates a pgoutput
+// failover slot without exporting a snapshot (Postgres 17 syntax).
+func failoverSlotSQL(slot string) string {
+	return "CREATE_REPLICATION_SLOT " + pgx.Identifier{slot}.Sanitize() + " LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"
+}
+
+// checkFailover refuses SlotFailover on a server without failover slots,
+// and an existing slot (slotLit, quoted) that is not a failover slot.
+func (c *Conn) checkFailover(ctx context.Context, slotLit string, exists bool) error {
+	rows, err := c.query(ctx, "SELECT current_setting('server_version_num')::int")
+	if err != nil {
+		return fmt.Errorf("check server version: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return errors.New("check server version: unexpected result")
+	}
+	v, err := strconv.Atoi(string(rows[0][0]))
+	if err != nil {
+		return fmt.Errorf("check server version: %w", err)
+	}
+	if v < failoverMinVersion {
+		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("--slot-failover needs Postgres 17 or newer (failover slots), the server is %d", v),
+			Fix: "remove --slot-failover (WALRELAY_SLOT_FAILOVER), or upgrade Postgres to 17+"}
+	}
+	if !exists {
+		return nil
+	}
+	rows, err = c.query(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = "+slotLit)
+	if err != nil {
+		return fmt.Errorf("look up slot failover: %w", err)
+	}
+	if len(rows) == 1 && string(rows[0][0]) != "t" {
+		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("slot %q exists and is not a failover slot", c.cfg.Slot),
+			Fix: fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or start without --slot-failover", pgx.Identifier{c.cfg.Slot}.Sanitize())}
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@
 #   java >= 17                                                          <- apt: openjdk-17-jre-headless
 #   mvn                                                                 <- apt: maven
 #   gcc (cgo, for go test -race)                                        <- apt: gcc libc6-dev
+#   promtool (alert rule checks and unit tests)                         <- apt: prometheus
 #   go                                                                  must be there already
 set -euo pipefail
 # shellcheck source=common.sh
@@ -31,6 +32,7 @@ done
 command -v psql >/dev/null || missing+=(postgresql)
 command -v kcat >/dev/null || missing+=(kcat)
 command -v curl >/dev/null || missing+=(curl) # debezium.sh asks Kafka Connect's REST API
+command -v promtool >/dev/null || missing+=(prometheus)
 
 java_major() {
 	local j="java"

@@ -73,6 +73,8 @@ step() {
 read -r -a extra <<<"${GO_TEST_FLAGS:-}"
 step vet go vet ./...
 step test go test -race -count=1 -timeout 30m "${extra[@]}" ./...
+step alerts-check promtool check rules deploy/alerts.yaml
+step alerts-test promtool test rules deploy/alerts_test.yaml
 
 if [ "$FUZZTIME" = 0 ]; then
 	log "== fuzz skipped (WALRELAY_FUZZTIME=0)"

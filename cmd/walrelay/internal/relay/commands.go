@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -39,8 +40,14 @@ Run 'walrelay <command> -h' for the flags. Every flag can also be set as
 WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or as a key in the --config YAML file.
 `
 
-// Version is set at build time with -ldflags "-X ...relay.Version=...".
+// Version is set at build time by `make build`:
+// -ldflags "-X github.com/walrelay/walrelay/cmd/walrelay/internal/relay.Version=$(git describe --tags --always --dirty)".
+// Left at "dev", walrelay reports the VCS revision Go embedded instead.
 var Version = "dev"
+
+// Revision is the VCS revision, set by `make build` like Version (-X ...relay.Revision=$(git rev-parse HEAD)).
+// Left empty, walrelay uses the revision Go embedded, if any.
+var Revision = ""
 
 // Main runs the walrelay command line and returns the exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -63,7 +70,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		if cmd == "doctor" {
 			return doctor(ctx, cfg, stdout)
 		}
-		log.Info("walrelay starting", "version", Version, "slot", cfg.Slot, "publication", cfg.Publication,
+		log.Info("walrelay starting", "version", func() string { v, _ := buildVersion(); return v }(), "slot", cfg.Slot, "publication", cfg.Publication,
 			"tables", strings.Join(cfg.replicationConfig().Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
 		if err := Run(ctx, cfg, log); err != nil {
 			log.Error("walrelay stopped", "error", err.Error())
@@ -115,7 +122,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "cutover":
 		return cutoverCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "walrelay", Version)
+		v, rev := buildVersion()
+		fmt.Fprintln(stdout, "walrelay", v, "revision", rev, runtime.Version())
 		return ExitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -81,6 +81,13 @@ type Config struct {
 	KafkaSASL        sink.SASLConfig
 	PostgresDSNFile  string
 	SASLPasswordFile string
+	// SlotMetricsInterval is how often pg_replication_slots is read for the
+	// walrelay_slot_* metrics (0 disables). StandbyRetryInterval is the fixed
+	// wait between tries of a slot held by another process. SlotFailover
+	// creates the slot with failover = true (Postgres 17+).
+	SlotMetricsInterval  time.Duration
+	StandbyRetryInterval time.Duration
+	SlotFailover         bool
 }
 
 // setting binds one configuration key to its flag, env var and YAML key.
@@ -229,6 +236,8 @@ func Defaults() Config {
 		MaxBufferedBytes:       64 << 20,
 		LogLevel:               "info",
 		LogFormat:              "json",
+		SlotMetricsInterval:    5 * time.Second,
+		StandbyRetryInterval:   time.Second,
 	}
 }
 
@@ -287,6 +296,9 @@ func (c *Config) settings() []setting {
 		{"sasl-password", "SASL password (PLAIN, SCRAM); prefer --sasl-password-file or the env var", stringVal{&c.KafkaSASL.Password}},
 		{"sasl-password-file", "file holding the SASL password", stringVal{&c.SASLPasswordFile}},
 		{"sasl-oauth-token-file", "file holding the OAUTHBEARER token, read again on every authentication", stringVal{&c.KafkaSASL.OAuthTokenFile}},
+		{"slot-metrics-interval", "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", durVal{&c.SlotMetricsInterval}},
+		{"standby-retry-interval", "fixed wait between tries of a slot another process holds (standby)", durVal{&c.StandbyRetryInterval}},
+		{"slot-failover", "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", boolVal{&c.SlotFailover}},
 	}
 }
 
@@ -531,6 +543,12 @@ func (c Config) Validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return bad("log-format", "must be json or text, got %q", c.LogFormat)
 	}
+	if c.SlotMetricsInterval < 0 {
+		return bad("slot-metrics-interval", "must not be negative (0 disables)")
+	}
+	if c.StandbyRetryInterval <= 0 {
+		return bad("standby-retry-interval", "must be positive")
+	}
 	if err := c.replicationConfig().Validate(); err != nil {
 		// replication errors start with the key: "slot: ...".
 		key, rest, _ := strings.Cut(err.Error(), ": ")
@@ -599,6 +617,7 @@ func (c Config) replicationConfig() replication.Config {
 		NoCreatePublication: !c.CreatePublication,
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
+		SlotFailover:        c.SlotFailover,
 	}
 }
 

@@ -80,6 +80,8 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 		{"bad preset", append(base, "--columns", "camel"), nil, "columns"},
 		{"bad duration", append(base, "--heartbeat-interval", "often"), nil, "flags"},
 		{"unknown yaml key", append(base, "--config", badYAML), nil, "config"},
+		{"zero standby retry", append(base, "--standby-retry-interval", "0"), nil, "standby-retry-interval"},
+		{"negative slot metrics interval", append(base, "--slot-metrics-interval", "-1s"), nil, "slot-metrics-interval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,5 +204,24 @@ func TestHeaderAndPartitionColumns(t *testing.T) {
 	c := dc.Tables[0].Columns
 	if strings.Join(c.HeaderColumns, ",") != "trace_id,tenant" || c.Partition != "shard" || c.Payload != "payload" {
 		t.Fatalf("columns %+v", c)
+	}
+}
+
+func TestOperationsSettings(t *testing.T) {
+	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	cfg, err := Load(base, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SlotMetricsInterval != 5*time.Second || cfg.StandbyRetryInterval != time.Second || cfg.SlotFailover {
+		t.Fatalf("defaults: slot metrics %v, standby retry %v, failover %v", cfg.SlotMetricsInterval, cfg.StandbyRetryInterval, cfg.SlotFailover)
+	}
+	cfg, err = Load(append(base, "--slot-metrics-interval", "0", "--standby-retry-interval", "2s"),
+		envMap(map[string]string{"WALRELAY_SLOT_FAILOVER": "true"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SlotMetricsInterval != 0 || cfg.StandbyRetryInterval != 2*time.Second || !cfg.SlotFailover || !cfg.replicationConfig().SlotFailover {
+		t.Fatalf("set: slot metrics %v, standby retry %v, failover %v", cfg.SlotMetricsInterval, cfg.StandbyRetryInterval, cfg.SlotFailover)
 	}
 }

@@ -215,8 +215,8 @@ func loadCutoverConfig(args []string, getenv func(string) string, stderr io.Writ
 	return cfg, nil
 }
 
-// slotState is what cutover reads of a replication slot.
-type slotState struct {
+// cutoverSlot is what cutover reads of a replication slot.
+type cutoverSlot struct {
 	Plugin    string
 	Logical   bool
 	SameDB    bool
@@ -229,35 +229,35 @@ type slotState struct {
 // ErrSlotMissing reports that a slot cutover needs does not exist.
 var ErrSlotMissing = errors.New("replication slot does not exist")
 
-func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (slotState, error) {
+func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (cutoverSlot, error) {
 	esc, err := conn.EscapeString(name)
 	if err != nil {
-		return slotState{}, err
+		return cutoverSlot{}, err
 	}
 	res, err := conn.Exec(ctx, `SELECT coalesce(plugin, ''), slot_type = 'logical', coalesce(database = current_database(), false), active,
 		coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(wal_status, ''), pg_current_wal_lsn()::text
 		FROM pg_replication_slots WHERE slot_name = '`+esc+`'`).ReadAll()
 	if err != nil {
-		return slotState{}, fmt.Errorf("read slot %s: %w", name, err)
+		return cutoverSlot{}, fmt.Errorf("read slot %s: %w", name, err)
 	}
 	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return slotState{}, fmt.Errorf("slot %q: %w", name, ErrSlotMissing)
+		return cutoverSlot{}, fmt.Errorf("slot %q: %w", name, ErrSlotMissing)
 	}
 	r := res[0].Rows[0]
-	s := slotState{Plugin: string(r[0]), Logical: string(r[1]) == "t", SameDB: string(r[2]) == "t", Active: string(r[3]) == "t",
+	s := cutoverSlot{Plugin: string(r[0]), Logical: string(r[1]) == "t", SameDB: string(r[2]) == "t", Active: string(r[3]) == "t",
 		WALStatus: string(r[5])}
 	if s.Confirmed, err = pglogrepl.ParseLSN(string(r[4])); err != nil {
-		return slotState{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, r[4], err)
+		return cutoverSlot{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, r[4], err)
 	}
 	if s.WALEnd, err = pglogrepl.ParseLSN(string(r[6])); err != nil {
-		return slotState{}, fmt.Errorf("pg_current_wal_lsn %q: %w", r[6], err)
+		return cutoverSlot{}, fmt.Errorf("pg_current_wal_lsn %q: %w", r[6], err)
 	}
 	return s, nil
 }
 
 // checkFromSlot refuses a --from-slot that cannot be the slot of the system
 // walrelay replaces.
-func checkFromSlot(name string, s slotState) error {
+func checkFromSlot(name string, s cutoverSlot) error {
 	switch {
 	case !s.Logical:
 		return fmt.Errorf("slot %q is not a logical replication slot", name)
@@ -271,7 +271,7 @@ func checkFromSlot(name string, s slotState) error {
 
 // cutoverProgress is one line of progress: where the old slot is, and how
 // much WAL it still has to confirm before it reaches walrelay's start.
-func cutoverProgress(from string, s slotState, start pglogrepl.LSN) string {
+func cutoverProgress(from string, s cutoverSlot, start pglogrepl.LSN) string {
 	if s.Confirmed >= start {
 		return fmt.Sprintf("%s confirmed %s >= walrelay start %s", from, s.Confirmed, start)
 	}
@@ -284,7 +284,7 @@ func cutoverProgress(from string, s slotState, start pglogrepl.LSN) string {
 }
 
 // stallHint is printed once when the old slot has not moved for a while.
-func stallHint(from string, s slotState, nudged bool) string {
+func stallHint(from string, s cutoverSlot, nudged bool) string {
 	if !s.Active {
 		return fmt.Sprintf("hint: %s is inactive, so nothing will confirm it. If Debezium is stopped for good, do not wait: "+
 			"stop this command, drop walrelay's new slot and run walrelay on Debezium's slot instead "+
@@ -432,7 +432,7 @@ func DropFromSlot(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 
 // dropVerdict decides whether the old slot may be dropped; exact says start
 // is walrelay's real start rather than its slot's (later) confirmed position.
-func dropVerdict(name string, s slotState, start pglogrepl.LSN, exact bool) error {
+func dropVerdict(name string, s cutoverSlot, start pglogrepl.LSN, exact bool) error {
 	switch {
 	case s.Active:
 		return fmt.Errorf("slot %q is active: stop Debezium first", name)

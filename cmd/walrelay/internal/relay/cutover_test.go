@@ -79,16 +79,16 @@ func TestCutoverHelp(t *testing.T) {
 }
 
 func TestCheckFromSlot(t *testing.T) {
-	ok := slotState{Plugin: "pgoutput", Logical: true, SameDB: true}
+	ok := cutoverSlot{Plugin: "pgoutput", Logical: true, SameDB: true}
 	tests := []struct {
 		name string
-		s    slotState
+		s    cutoverSlot
 		want string
 	}{
 		{"fine", ok, ""},
-		{"physical", slotState{SameDB: true}, "not a logical"},
-		{"other database", slotState{Logical: true}, "another database"},
-		{"lost", slotState{Logical: true, SameDB: true, WALStatus: "lost"}, "invalidated"},
+		{"physical", cutoverSlot{SameDB: true}, "not a logical"},
+		{"other database", cutoverSlot{Logical: true}, "another database"},
+		{"lost", cutoverSlot{Logical: true, SameDB: true, WALStatus: "lost"}, "invalidated"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,15 +104,15 @@ func TestDropVerdict(t *testing.T) {
 	const start = pglogrepl.LSN(1000)
 	tests := []struct {
 		name  string
-		s     slotState
+		s     cutoverSlot
 		exact bool
 		want  string
 	}{
-		{"inactive and past start", slotState{Confirmed: 1000}, true, ""},
-		{"inactive and past own slot", slotState{Confirmed: 2000}, false, ""},
-		{"still active", slotState{Active: true, Confirmed: 5000}, true, "stop Debezium first"},
-		{"below start", slotState{Confirmed: 999}, true, "below walrelay's start"},
-		{"below own slot's position", slotState{Confirmed: 999}, false, "pass --start-lsn"},
+		{"inactive and past start", cutoverSlot{Confirmed: 1000}, true, ""},
+		{"inactive and past own slot", cutoverSlot{Confirmed: 2000}, false, ""},
+		{"still active", cutoverSlot{Active: true, Confirmed: 5000}, true, "stop Debezium first"},
+		{"below start", cutoverSlot{Confirmed: 999}, true, "below walrelay's start"},
+		{"below own slot's position", cutoverSlot{Confirmed: 999}, false, "pass --start-lsn"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,21 +126,21 @@ func TestDropVerdict(t *testing.T) {
 
 func TestCutoverProgressAndHints(t *testing.T) {
 	start := pglogrepl.LSN(0x2000)
-	if got := cutoverProgress("dbz", slotState{Active: true, Confirmed: 0x1000}, start); !strings.Contains(got, "4096 bytes to go") ||
+	if got := cutoverProgress("dbz", cutoverSlot{Active: true, Confirmed: 0x1000}, start); !strings.Contains(got, "4096 bytes to go") ||
 		!strings.Contains(got, "0/1000") || !strings.Contains(got, "0/2000") {
 		t.Errorf("progress: %q", got)
 	}
-	if got := cutoverProgress("dbz", slotState{Confirmed: 0x1000}, start); !strings.Contains(got, "INACTIVE") {
+	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x1000}, start); !strings.Contains(got, "INACTIVE") {
 		t.Errorf("inactive progress: %q", got)
 	}
-	if got := cutoverProgress("dbz", slotState{Confirmed: 0x2000}, start); !strings.Contains(got, ">=") {
+	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x2000}, start); !strings.Contains(got, ">=") {
 		t.Errorf("done progress: %q", got)
 	}
-	if got := stallHint("dbz", slotState{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
+	if got := stallHint("dbz", cutoverSlot{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
 		!strings.Contains(got, "message.prefix.exclude.list="+CutoverNudgePrefix) {
 		t.Errorf("active stall hint: %q", got)
 	}
-	if got := stallHint("dbz", slotState{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {
+	if got := stallHint("dbz", cutoverSlot{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {
 		t.Errorf("inactive stall hint: %q", got)
 	}
 }

@@ -1,12 +1,48 @@
 package relay
 
 import (
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/sink"
 )
+
+// Label values every labelled series starts with, so that each series exists
+// (at 0) from the first scrape: rate() and increase() then see the first
+// event, and alerts on "the first dead letter" fire.
+var (
+	// ignoredReasons are the decoder's KindIgnored reasons.
+	ignoredReasons = []string{decoder.ReasonUpdate, decoder.ReasonDelete, decoder.ReasonTruncate,
+		decoder.ReasonNonTransactional, decoder.ReasonForeignMessage, decoder.ReasonUnmappedTable}
+	// deadLetterReasons are the reasons pipeline.go dead-letters with
+	// (poisonOf and the sink's refusals).
+	deadLetterReasons = []string{"null_aggregate_id", "null_field", "bad_headers", "bad_payload", "bad_timestamp",
+		"bad_message", "unsupported_value", "bad_partition", "undecodable", "empty_aggregate_id", "invalid_topic", "too_large"}
+	// reconnectCauses are the causes of walrelay_reconnects_total.
+	reconnectCauses = []string{"connection", "slot_in_use"}
+	// walStatuses are pg_replication_slots.wal_status values.
+	walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+	// roles are the values of walrelay_role's role label.
+	roles = []string{roleActive, roleStandby}
+)
+
+// Roles of an instance (walrelay_role).
+const (
+	roleActive  = "active"  // streaming from the slot
+	roleStandby = "standby" // the slot is held by another process
+)
+
+// e2eBuckets cover 1 ms to 60 s: commit-to-ack latency from a quiet system
+// (a few ms with the default linger) to a backlog drained after an outage.
+var e2eBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 type metrics struct {
 	events           prometheus.Counter
@@ -19,12 +55,27 @@ type metrics struct {
 	heartbeatErrors  prometheus.Counter
 	heartbeatLast    prometheus.Gauge
 	ready            prometheus.Gauge
+	e2eLatency       prometheus.Histogram
+	role             *prometheus.GaugeVec
+
+	// slot metrics, from pg_replication_slots (slotpoll.go)
+	slotRetained   prometheus.Gauge
+	slotLag        prometheus.Gauge
+	slotSafeWAL    prometheus.Gauge
+	slotActive     prometheus.Gauge
+	slotExists     prometheus.Gauge
+	slotWALStatus  *prometheus.GaugeVec
+	slotPollErrors prometheus.Counter
+	slotPollLast   prometheus.Gauge
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// newMetrics registers walrelay's own metrics, labelling the slot and role
+// series with slot.
+func newMetrics(reg *prometheus.Registry, slot string) *metrics {
+	slotLabel := prometheus.Labels{"slot": slot}
 	m := &metrics{
 		events: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "walrelay_events_acked_total", Help: "Outbox events acknowledged by Kafka."}),
+			Name: "walrelay_events_acked_total", Help: "Outbox events acknowledged by Kafka (dead letters included)."}),
 		transactions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_transactions_total", Help: "Transactions read from the replication stream."}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -34,21 +85,119 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_dead_letters_total", Help: "Events sent to the dead-letter topic, by reason."}, []string{"reason"}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "walrelay_reconnects_total", Help: "Reconnects to Postgres after a lost replication connection, by cause."}, []string{"cause"}),
+			Name: "walrelay_reconnects_total", Help: "Reconnects to Postgres after a lost replication connection (cause connection), and times this instance found the slot held by another and stood by (cause slot_in_use)."}, []string{"cause"}),
 		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "walrelay_heartbeat_latency_seconds", Help: "Time from emitting a heartbeat in Postgres to decoding it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		heartbeatErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_heartbeat_errors_total", Help: "Heartbeats that could not be written."}),
 		heartbeatLast: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_heartbeat_last_seconds", Help: "Unix time at which the last heartbeat was decoded."}),
+			Name: "walrelay_heartbeat_last_timestamp_seconds", Help: "Unix time at which the last heartbeat was decoded (0: none yet)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_ready", Help: "1 while streaming from the slot, 0 while connecting or standing by."}),
+		e2eLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walrelay_e2e_latency_seconds", Help: "Time from a transaction's commit in Postgres to Kafka's acknowledgement of each of its events.",
+			Buckets: e2eBuckets}),
+		role: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_role", Help: "1 for the role this instance has: active (streaming from the slot) or standby (the slot is held by another process); both 0 while connecting or reconnecting.",
+			ConstLabels: slotLabel}, []string{"role"}),
+		slotRetained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_retained_wal_bytes", Help: "WAL the slot keeps on the server's disk: pg_current_wal_lsn() - restart_lsn (0 when unknown).", ConstLabels: slotLabel}),
+		slotLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_confirmed_lag_bytes", Help: "WAL written after the slot's confirmed position: pg_current_wal_lsn() - confirmed_flush_lsn.", ConstLabels: slotLabel}),
+		slotSafeWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_safe_wal_size_bytes", Help: "pg_replication_slots.safe_wal_size: WAL that can still be written before the slot is in danger of losing WAL; -1 when max_slot_wal_keep_size is unlimited.", ConstLabels: slotLabel}),
+		slotActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_active", Help: "1 while some process (this instance or another) streams from the slot.", ConstLabels: slotLabel}),
+		slotExists: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_exists", Help: "1 while the slot exists in pg_replication_slots.", ConstLabels: slotLabel}),
+		slotWALStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_slot_wal_status", Help: "1 for the slot's pg_replication_slots.wal_status (reserved, extended, unreserved, lost), 0 for the others.", ConstLabels: slotLabel}, []string{"status"}),
+		slotPollErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_slot_poll_errors_total", Help: "Failed reads of pg_replication_slots.", ConstLabels: slotLabel}),
+		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
 	}
+	for _, r := range ignoredReasons {
+		m.ignored.WithLabelValues(r)
+	}
+	for _, r := range deadLetterReasons {
+		m.deadLetters.WithLabelValues(r)
+	}
+	for _, c := range reconnectCauses {
+		m.reconnects.WithLabelValues(c)
+	}
+	for _, s := range walStatuses {
+		m.slotWALStatus.WithLabelValues(s)
+	}
+	for _, r := range roles {
+		m.role.WithLabelValues(r)
+	}
+	version, revision := buildVersion()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
+	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects,
-		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready,
+		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
+		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// kafkaMetrics registers franz-go's client metrics (kprom, walrelay_kafka_*:
+// connections, bytes, batches and records produced per broker and topic,
+// request latency, buffered records) in reg, through the client's hooks.
+func kafkaMetrics(reg *prometheus.Registry) sink.Option {
+	kp := kprom.NewMetrics("walrelay", kprom.Subsystem("kafka"), kprom.Registry(reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Batches, kprom.Records,
+			kprom.CompressedBytes, kprom.UncompressedBytes, kprom.ConsistentNaming))
+	return sink.WithClientOpts(kgo.WithHooks(kp))
+}
+
+// setRole sets walrelay_role: role is roleActive, roleStandby or "" (neither:
+// connecting or reconnecting).
+func (m *metrics) setRole(role string) {
+	for _, r := range roles {
+		v := 0.0
+		if r == role {
+			v = 1
+		}
+		m.role.WithLabelValues(r).Set(v)
+	}
+}
+
+// buildVersion returns the version set at build time (Version, see the
+// Makefile's build target) or, for a plain `go build`, the VCS revision Go
+// embedded; and the revision (Revision, else Go's, else "unknown").
+func buildVersion() (version, revision string) {
+	version, revision = Version, Revision
+	if revision == "" {
+		revision = "unknown"
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && Revision == "" {
+		dirty := false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if (version == "" || version == "dev") && revision != "unknown" {
+			version = revision
+			if len(version) > 12 {
+				version = version[:12]
+			}
+			if dirty {
+				version += "-dirty"
+			}
+		}
+	}
+	if version == "" {
+		version = "dev"
+	}
+	return version, revision
 }
 
 // watermarkSource is what the position gauges read.
@@ -58,14 +207,17 @@ type watermarkSource interface {
 }
 
 // registerPosition adds the gauges that read the checkpoint and the server
-// WAL end at scrape time.
+// WAL end at scrape time. The *_lsn gauges are WAL positions as plain numbers
+// (the 64-bit LSN; as a float64 they are exact up to 2^53 bytes of WAL), meant
+// for differences and rates, not for reading: `walrelay status` prints them
+// in Postgres' X/Y form.
 func registerPosition(reg *prometheus.Registry, tr watermarkSource, walEnd *atomic.Uint64) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "walrelay_confirmed_lsn", Help: "Watermark: the WAL position confirmed (or about to be) to Postgres, as a number."},
+			Name: "walrelay_confirmed_lsn", Help: "Watermark: the WAL position confirmed (or about to be) to Postgres, as a number (LSN)."},
 			func() float64 { return float64(tr.Watermark()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "walrelay_server_wal_end_lsn", Help: "The server's WAL end as last seen in the stream, as a number."},
+			Name: "walrelay_server_wal_end_lsn", Help: "The server's WAL end as last seen in the stream, as a number (LSN)."},
 			func() float64 { return float64(walEnd.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walrelay_lag_bytes", Help: "Bytes of WAL between the server's WAL end and the watermark."},

@@ -161,14 +161,18 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	if err != nil {
 		return err
 	}
+	committed := ev.CommitTime
 	done := func(err error) {
 		if err != nil {
 			p.m.produceFailures.Inc()
 			p.fail(err)
 			return
 		}
-		ack.Done()
+		// Counted before the ack can move the watermark: a confirmed
+		// position implies its events are in the metrics.
 		p.m.events.Inc()
+		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
+		ack.Done()
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
 		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header

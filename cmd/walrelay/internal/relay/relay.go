@@ -65,9 +65,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := newMetrics(reg, cfg.Slot)
 
-	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log))
+	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log), kafkaMetrics(reg))
 	if err != nil {
 		var se *sink.SettingError // a TLS or secret file that cannot be read
 		if errors.As(err, &se) {
@@ -97,6 +97,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return &StartupError{err}
 	}
 	defer stopHTTP()
+	stopPoll := startSlotPoll(ctx, cfg, m, log)
+	defer stopPoll()
 
 	rcfg := cfg.replicationConfig()
 	conn, err := replication.Open(ctx, rcfg)
@@ -135,7 +137,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready}
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log)}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -154,21 +156,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		tr.Abort() // the half-read transaction is read again from the slot
 		backoff = resetBackoff(backoff, streamed, time.Since(start))
-		cause := "connection"
-		if errors.Is(err, replication.ErrSlotInUse) {
-			cause = "slot_in_use"
-			log.Warn("replication slot is in use by another process; standing by", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
-		} else {
-			log.Warn("replication stream lost; reconnecting", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
-		}
-		m.reconnects.WithLabelValues(cause).Inc()
+		wait, standingBy := r.sb.after(err, backoff)
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(backoff*2, backoffMax)
+			if !standingBy {
+				backoff = min(backoff*2, backoffMax)
+			}
+			wait, standingBy = backoff, false
 			conn, err = replication.Open(ctx, rcfg)
 			if err == nil {
 				break
@@ -205,6 +203,7 @@ type runner struct {
 	fail          context.CancelCauseFunc
 	walEnd        *atomic.Uint64
 	ready         *atomic.Bool
+	sb            *standby
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -220,6 +219,7 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		replication.WithLogger(r.log), replication.WithOnStart(func() {
 			r.ready.Store(true)
 			r.m.ready.Set(1)
+			r.sb.streaming()
 		}))
 	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
 		walEnd: r.walEnd, failed: r.failed, fail: r.fail}
