@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -152,7 +153,7 @@ func TestKubernetesManifests(t *testing.T) {
 
 	t.Run("deployment", func(t *testing.T) {
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-			t.Errorf("replicas = %v, want 2 (one streams, one stands by)", d.Spec.Replicas)
+			t.Errorf("replicas = %s, want 2 (one streams, one stands by)", ptrString(d.Spec.Replicas))
 		}
 		selects(t, "deployment", d.Spec.Selector, d.Spec.Template.Labels)
 		if len(pod.Containers) != 1 {
@@ -260,7 +261,7 @@ func TestKubernetesManifests(t *testing.T) {
 		// SIGTERM drains for shutdown_timeout; Kubernetes must wait longer before SIGKILL.
 		st, err := time.ParseDuration(cfg["shutdown_timeout"].(string))
 		if err != nil || pod.TerminationGracePeriodSeconds == nil || time.Duration(*pod.TerminationGracePeriodSeconds)*time.Second <= st {
-			t.Errorf("terminationGracePeriodSeconds %v must exceed shutdown_timeout %v", pod.TerminationGracePeriodSeconds, cfg["shutdown_timeout"])
+			t.Errorf("terminationGracePeriodSeconds %s must exceed shutdown_timeout %v", ptrString(pod.TerminationGracePeriodSeconds), cfg["shutdown_timeout"])
 		}
 	})
 
@@ -364,6 +365,13 @@ func TestStrictDecodeRejectsUnknownField(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "replica") {
 		t.Fatalf("UnmarshalStrict with spec.replica: %v, want an unknown-field error", err)
 	}
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
