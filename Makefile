@@ -34,6 +34,12 @@ demo: build
 bench: build
 	bash test/bench/bench.sh
 
+# make image: the container image walrelay/walrelay:VERSION (and :latest) with buildah, offline,
+# from deploy/Containerfile and the static binary of `make build` (see docs/deployment.md).
+.PHONY: image
+image:
+	VERSION='$(VERSION)' IMAGE='$(IMAGE)' bash $(ENV_DIR)/image.sh
+
 deps:
 	bash $(ENV_DIR)/deps.sh
 

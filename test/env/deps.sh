@@ -47,6 +47,8 @@ command -v mvn >/dev/null || missing+=(maven)
 command -v flock >/dev/null || missing+=(util-linux)
 # go test -race needs cgo, hence a C compiler.
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+# deploy/validate runs systemd-analyze verify on deploy/walrelay.service.
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v go >/dev/null || die "go is not installed; it must be on PATH"
 
 if [ "${#missing[@]}" -gt 0 ]; then

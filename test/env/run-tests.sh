@@ -84,6 +84,11 @@ else
 	log "== fuzz skipped: no FuzzDecode in decoder/*_test.go yet"
 fi
 
+# Packaging: the container image (buildah, offline) and the deploy/ manifests (a nested Go
+# module, so the Kubernetes and compose libraries stay out of walrelay's own go.mod).
+step image bash "$WALRELAY_ENV_DIR/image-test.sh"
+step deploy bash -c 'cd deploy/validate && go vet ./... && go test -count=1 ./...'
+
 if [ "${#failed[@]}" -gt 0 ]; then
 	log "FAILED steps: ${failed[*]} (logs: $WALRELAY_TEST_DIR)"
 	exit 1
