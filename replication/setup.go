@@ -213,6 +213,9 @@ type Conn struct {
 	Start pglogrepl.LSN
 	// Created reports that Open created the slot.
 	Created bool
+	// System is the server's system identifier and timeline when the
+	// connection opened.
+	System Identity
 }
 
 // Open connects with replication=database, checks the prerequisites, creates
@@ -224,6 +227,10 @@ func Open(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	if err := c.setup(ctx); err != nil {
+		_ = c.conn.Close(context.Background())
+		return nil, err
+	}
+	if err := c.identify(ctx); err != nil {
 		_ = c.conn.Close(context.Background())
 		return nil, err
 	}
