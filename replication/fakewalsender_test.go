@@ -22,14 +22,15 @@ import (
 // Postgres protocol for a replication connection: startup (trust),
 // IDENTIFY_SYSTEM, and START_REPLICATION, which it answers with
 // CopyBothResponse followed by the CopyData payloads of the connection's
-// script, then CopyDone. What the client sends during the copy is read and
-// dropped. One listener serves any number of connections; each connection
-// takes the next script from the scripts channel.
+// script, the script's raw bytes, then CopyDone, and closes its sending side.
+// What the client sends during the copy is read and dropped. One listener
+// serves any number of connections; each connection takes the next script
+// from the scripts channel.
 type fakeWalsender struct {
 	ln      net.Listener
 	system  Identity
 	xlogPos pglogrepl.LSN
-	scripts chan [][]byte
+	scripts chan script
 	wg      sync.WaitGroup
 }
 
@@ -39,7 +40,7 @@ func startFakeWalsender(tb testing.TB, system Identity) *fakeWalsender {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fakeWalsender{ln: ln, system: system, xlogPos: 0x1000000, scripts: make(chan [][]byte, 1)}
+	f := &fakeWalsender{ln: ln, system: system, xlogPos: 0x1000000, scripts: make(chan script, 1)}
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -108,13 +109,13 @@ func (f *fakeWalsender) serve(nc net.Conn) error {
 				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("IDENTIFY_SYSTEM")})
 				be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 			case strings.HasPrefix(m.String, "START_REPLICATION"):
-				var script [][]byte
+				var sc script
 				select {
-				case script = <-f.scripts:
+				case sc = <-f.scripts:
 				case <-time.After(10 * time.Second):
 					return errors.New("no script for START_REPLICATION")
 				}
-				return f.copyBoth(be, script)
+				return f.copyBoth(nc, be, sc)
 			default:
 				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: "fake walsender: unsupported " + m.String})
 				be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
@@ -128,9 +129,15 @@ func (f *fakeWalsender) serve(nc net.Conn) error {
 	}
 }
 
-// copyBoth sends the script as CopyData messages and ends the copy, while the
-// client's status updates are read and dropped.
-func (f *fakeWalsender) copyBoth(be *pgproto3.Backend, script [][]byte) error {
+// script is what the fake walsender sends once streaming started.
+type script struct {
+	frames [][]byte // CopyData payloads
+	raw    []byte   // then these bytes as they are (not a CopyData)
+}
+
+// copyBoth sends the script and ends the copy, while the client's status
+// updates are read and dropped.
+func (f *fakeWalsender) copyBoth(nc net.Conn, be *pgproto3.Backend, sc script) error {
 	be.Send(&pgproto3.CopyBothResponse{})
 	if err := be.Flush(); err != nil {
 		return err
@@ -144,11 +151,20 @@ func (f *fakeWalsender) copyBoth(be *pgproto3.Backend, script [][]byte) error {
 			}
 		}
 	}()
-	for _, payload := range script {
+	for _, payload := range sc.frames {
 		be.Send(&pgproto3.CopyData{Data: payload})
 	}
-	be.Send(&pgproto3.CopyDone{})
 	err := be.Flush()
+	if err == nil && len(sc.raw) > 0 {
+		_, err = nc.Write(sc.raw)
+	}
+	be.Send(&pgproto3.CopyDone{})
+	err = errors.Join(err, be.Flush())
+	// Half-close: a client still waiting for the rest of a message sees EOF,
+	// and its status updates are still read (no reset).
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
 	<-done // until the client closes the connection
 	return err
 }
@@ -184,7 +200,13 @@ type streamResult struct {
 // runScript opens a replication connection to f (connect + IDENTIFY_SYSTEM,
 // as Open does after its checks), streams the script through the real Stream
 // and returns what it delivered and how Run ended.
-func runScript(tb testing.TB, f *fakeWalsender, script [][]byte) streamResult {
+func runScript(tb testing.TB, f *fakeWalsender, frames [][]byte) streamResult {
+	tb.Helper()
+	return runRaw(tb, f, script{frames: frames})
+}
+
+// runRaw is runScript with raw bytes after the frames.
+func runRaw(tb testing.TB, f *fakeWalsender, sc script) streamResult {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -201,7 +223,7 @@ func runScript(tb testing.TB, f *fakeWalsender, script [][]byte) streamResult {
 		tb.Fatalf("identity %v, want %v", c.System, f.system)
 	}
 	c.Start = 0x100
-	f.scripts <- script
+	f.scripts <- sc
 	s := c.NewStream(settledAt(c.Start), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(ctx) }()
@@ -348,7 +370,7 @@ func FuzzStreamFraming(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		frames := splitFrames(in)
 		// A final keepalive hands over whatever the stream still holds.
-		script := append(frames, keepalive(endMark, false))
+		all := append(frames, keepalive(endMark, false))
 		var want []Message
 		bad := -1
 		for i, b := range frames {
@@ -363,7 +385,7 @@ func FuzzStreamFraming(f *testing.F) {
 					ServerWALEnd: pglogrepl.LSN(binary.BigEndian.Uint64(b[9:])), Data: b[25:]})
 			}
 		}
-		res := runScript(t, fake, script)
+		res := runScript(t, fake, all)
 		if bad < 0 {
 			want = append(want, Message{Keepalive: true, ServerWALEnd: endMark})
 			if res.err == nil || !strings.Contains(res.err.Error(), "CopyDone") {
@@ -395,4 +417,47 @@ func FuzzStreamFraming(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStreamProtocolErrors: protocol messages that do not belong in a
+// replication stream, or a stream cut inside a message, end Run with an error
+// (never a panic, never a hang); a notice is logged and the stream goes on.
+func TestStreamProtocolErrors(t *testing.T) {
+	f := startFakeWalsender(t, Identity{SystemID: "7300000000000000004", Timeline: 1})
+	enc := func(m pgproto3.BackendMessage) []byte {
+		b, err := m.Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	copyDataHeader := binary.BigEndian.AppendUint32([]byte{'d'}, 4+100) // announces 100 bytes
+	tests := []struct {
+		name    string
+		raw     []byte
+		wantErr string // substring; "" means the server's CopyDone ends the stream
+	}{
+		{"CopyData cut short", append(copyDataHeader, keepalive(0x2000, false)[:10]...), "receive from postgres"},
+		{"ReadyForQuery inside the copy", enc(&pgproto3.ReadyForQuery{TxStatus: 'I'}), "unexpected message *pgproto3.ReadyForQuery"},
+		{"ErrorResponse", enc(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}), "57P01"},
+		{"unknown protocol message", []byte{0x01, 0, 0, 0, 4}, "receive from postgres"},
+		{"message length below 4", []byte{'d', 0, 0, 0, 2}, "receive from postgres"},
+		{"notice, then the stream goes on", append(enc(&pgproto3.NoticeResponse{Severity: "WARNING", Code: "01000", Message: "hello"}),
+			enc(&pgproto3.CopyData{Data: keepalive(0x3000, false)})...), "CopyDone"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runRaw(t, f, script{frames: [][]byte{keepalive(0x2000, false)}, raw: tc.raw})
+			if res.err == nil || !strings.Contains(res.err.Error(), tc.wantErr) {
+				t.Fatalf("Run returned %v, want an error containing %q", res.err, tc.wantErr)
+			}
+			if len(res.msgs) == 0 || res.msgs[0].ServerWALEnd != 0x2000 {
+				t.Errorf("the keepalive before the bad bytes was not delivered: %+v", res.msgs)
+			}
+			if strings.HasPrefix(tc.name, "notice") && (len(res.msgs) != 2 || res.msgs[1].ServerWALEnd != 0x3000) {
+				t.Errorf("after a notice: delivered %+v, want both keepalives", res.msgs)
+			}
+			t.Logf("Run: %v", res.err)
+		})
+	}
 }
