@@ -43,8 +43,7 @@ func (r *runner) adopt(conn *replication.Conn) error {
 		return err
 	}
 	r.log.Warn("postgres has another WAL history (failover to another cluster or a promoted standby): "+
-		"dropping the in-memory position and resuming from the slot's position on the new server; "+
-		"events the old server sent past that position and that the new one does not have are not relayed",
+		"dropping the in-memory position and resuming from the slot's position on the new server",
 		"slot", r.cfg.Slot,
 		"old_system_id", r.system.SystemID, "old_timeline", r.system.Timeline,
 		"new_system_id", conn.System.SystemID, "new_timeline", conn.System.Timeline,
