@@ -32,7 +32,9 @@ func (r *trackerRef) InFlight() int            { return r.Load().InFlight() }
 // confirm WAL the new server never sent, and the slot would skip the events
 // in it. So the tracker is replaced by a new one that starts at the new
 // slot's confirmed position. Records of the old server still in flight finish
-// (at-least-once) and acknowledge the old tracker only.
+// (at-least-once) and acknowledge the old tracker only; until they do, they
+// count against the old tracker's cap, not the new one's (the sink's own
+// buffer limits still bound memory).
 func (r *runner) adopt(conn *replication.Conn) error {
 	if r.system.SameHistory(conn.System) {
 		return nil
