@@ -14,4 +14,9 @@
 //     walsender never times the connection out while walrelay waits on Kafka;
 //   - memory is bounded: the stream reads WAL only into a fixed pool of
 //     batches; when the consumer does not release them, it stops reading.
+//   - every message from the server is length-checked before use: a
+//     malformed one ends the stream with a *FrameError, never a panic;
+//   - every connection records the server's Identity (system identifier and
+//     timeline), so that the caller never carries positions from one WAL
+//     history into another.
 package replication

@@ -276,6 +276,9 @@ type Conn struct {
 	// an outbox table that was renamed or moved (decoder.Table.OID).
 	TableOIDs  map[string]uint32
 	OIDsReadAt pglogrepl.LSN
+	// System is the server's system identifier and timeline when the
+	// connection opened.
+	System Identity
 }
 
 // Open connects with replication=database, checks the prerequisites, creates
@@ -287,6 +290,10 @@ func Open(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	if err := c.setup(ctx); err != nil {
+		_ = c.conn.Close(context.Background())
+		return nil, err
+	}
+	if err := c.identify(ctx); err != nil {
 		_ = c.conn.Close(context.Background())
 		return nil, err
 	}

@@ -174,6 +174,7 @@ func (s *Stream) stream(ctx context.Context) error {
 	}
 	var window receiveWindow
 	lastHeard := time.Now()
+	last := s.conn.Start // WAL start of the last XLogData, for errors
 	// next makes cur a free batch, waiting for one (backpressure); false when
 	// ctx ended meanwhile.
 	next := func() (bool, error) {
@@ -219,57 +220,51 @@ func (s *Stream) stream(ctx context.Context) error {
 		lastHeard = time.Now()
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
-			if len(msg.Data) == 0 {
-				return errors.New("receive from postgres: empty CopyData")
+			f, err := parseFrame(msg.Data, last)
+			if err != nil {
+				return fmt.Errorf("receive from postgres: %w", err)
 			}
-			switch msg.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse keepalive: %w", err)
-				}
-				if ka.ServerWALEnd > s.serverWALEnd {
-					s.serverWALEnd = ka.ServerWALEnd
-				}
-				cur.Msgs = append(cur.Msgs, Message{Keepalive: true, ServerWALEnd: ka.ServerWALEnd})
+			if f.serverWALEnd > s.serverWALEnd {
+				s.serverWALEnd = f.serverWALEnd
+			}
+			if f.keepalive {
+				cur.Msgs = append(cur.Msgs, Message{Keepalive: true, ServerWALEnd: f.serverWALEnd})
 				flush()
-				if ka.ReplyRequested {
+				if f.replyRequested {
 					if err := s.maybeSendStatus(true); err != nil {
 						return err
 					}
 				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse xlogdata: %w", err)
-				}
-				if xld.ServerWALEnd > s.serverWALEnd {
-					s.serverWALEnd = xld.ServerWALEnd
-				}
-				// A batch holds about BatchBytes. Hand the current one over before a
-				// message that would overflow it, so that buffers never grow with
-				// the transaction: the pool's memory stays Batches x BatchBytes,
-				// plus messages larger than BatchBytes, each in a batch of its own.
-				if len(cur.buf) > 0 && len(cur.buf)+len(xld.WALData) > s.conn.cfg.BatchBytes {
-					flush()
-					if ok, err := next(); !ok {
-						// nil: ctx done while waiting. This message was not handed
-						// over, so its transaction is not confirmed and is read again.
-						return err
-					}
-				}
-				// Copy out of pgconn's read buffer, which the next receive reuses.
-				start := len(cur.buf)
-				cur.buf = append(cur.buf, xld.WALData...)
-				cur.Msgs = append(cur.Msgs, Message{WALStart: xld.WALStart, ServerWALEnd: xld.ServerWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
-				// A commit ends a transaction: hand it over now for latency;
-				// otherwise fill the batch.
-				if xld.WALData[0] == 'C' || len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
-					flush()
-				}
-			default:
-				return fmt.Errorf("receive from postgres: unknown CopyData type %q", msg.Data[0])
+				continue
 			}
+			last = f.walStart
+			// A batch holds about BatchBytes. Hand the current one over before a
+			// message that would overflow it, so that buffers never grow with
+			// the transaction: the pool's memory stays Batches x BatchBytes,
+			// plus messages larger than BatchBytes, each in a batch of its own.
+			if len(cur.buf) > 0 && len(cur.buf)+len(f.data) > s.conn.cfg.BatchBytes {
+				flush()
+				if ok, err := next(); !ok {
+					// nil: ctx done while waiting. This message was not handed
+					// over, so its transaction is not confirmed and is read again.
+					return err
+				}
+			}
+			// Copy out of pgconn's read buffer, which the next receive reuses.
+			start := len(cur.buf)
+			cur.buf = append(cur.buf, f.data...)
+			cur.Msgs = append(cur.Msgs, Message{WALStart: f.walStart, ServerWALEnd: f.serverWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
+			// A commit ends a transaction: hand it over now for latency;
+			// otherwise fill the batch.
+			if f.data[0] == 'C' || len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
+				flush()
+			}
+		case *pgproto3.NoticeResponse:
+			// A server warning is not part of the stream: log it, go on.
+			s.log.Info("postgres notice on the replication connection", "slot", s.conn.cfg.Slot,
+				"severity", msg.Severity, "message", msg.Message)
+		case *pgproto3.ParameterStatus:
+			// A reported setting changed (pgconn records it): not part of the stream.
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
 		case *pgproto3.CopyDone:

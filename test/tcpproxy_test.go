@@ -128,6 +128,28 @@ func (p *tcpProxy) setMode(m proxyMode, rate int) {
 	p.t.Logf("proxy %s: mode %s (rate %d B/s); reset %d connections", p.name, m, rate, len(drop))
 }
 
+// retarget points the proxy at another server and resets every open connection (RST
+// towards the client): a failover behind a stable address (a virtual IP, DNS, a
+// pooler). New connections go to target.
+func (p *tcpProxy) retarget(target string) {
+	p.mu.Lock()
+	old := p.target
+	p.target = target
+	drop := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		drop = append(drop, c)
+		delete(p.conns, c)
+	}
+	p.reset += len(drop)
+	close(p.wake)
+	p.wake = make(chan struct{})
+	p.mu.Unlock()
+	for _, c := range drop {
+		c.close(true)
+	}
+	p.t.Logf("proxy %s: %s -> %s; reset %d connections", p.name, old, target, len(drop))
+}
+
 // holdExisting makes every open connection a hostage (see tcpProxy) and returns how many.
 func (p *tcpProxy) holdExisting() int {
 	p.mu.Lock()
@@ -200,7 +222,7 @@ func (p *tcpProxy) acceptLoop() {
 			return
 		}
 		p.mu.Lock()
-		mode, closed := p.mode, p.closed
+		mode, closed, target := p.mode, p.closed, p.target
 		if mode == proxyDrop || closed {
 			p.reset++
 			p.mu.Unlock()
@@ -211,14 +233,14 @@ func (p *tcpProxy) acceptLoop() {
 			continue
 		}
 		p.mu.Unlock()
-		sc, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		sc, err := net.DialTimeout("tcp", target, 5*time.Second)
 		if err != nil {
 			_ = cc.Close()
 			continue
 		}
 		c := &proxyConn{client: cc, server: sc}
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.target != target { // retargeted while dialing: reset, the client retries
 			p.mu.Unlock()
 			c.close(false)
 			continue

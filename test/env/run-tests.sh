@@ -80,6 +80,7 @@ if [ "$FUZZTIME" = 0 ]; then
 	log "== fuzz skipped (WALRELAY_FUZZTIME=0)"
 elif grep -qs '^func FuzzDecode(' decoder/*_test.go; then
 	step fuzz go test ./decoder -run '^$' -fuzz '^FuzzDecode$' -fuzztime "$FUZZTIME"
+	step fuzz-framing go test ./replication -run '^$' -fuzz '^FuzzStreamFraming$' -fuzztime 15s
 else
 	log "== fuzz skipped: no FuzzDecode in decoder/*_test.go yet"
 fi

@@ -113,7 +113,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		_ = conn.Close(context.Background())
 		return err
 	}
-	registerPosition(reg, tr, &walEnd)
+	cur := newTrackerRef(tr)
+	registerPosition(reg, cur, &walEnd)
 	if conn.Created {
 		log.Info("created replication slot", "slot", cfg.Slot, "lsn", conn.Start.String())
 	}
@@ -137,7 +138,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log)}
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log),
+		cur: cur, system: conn.System}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -154,7 +156,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if errors.As(err, &de) || (err != nil && !replication.IsRetryable(err)) {
 			return err
 		}
-		tr.Abort() // the half-read transaction is read again from the slot
+		r.tr.Abort() // the half-read transaction is read again from the slot
 		backoff = resetBackoff(backoff, streamed, time.Since(start))
 		wait, standingBy := r.sb.after(err, backoff)
 		for {
@@ -204,11 +206,17 @@ type runner struct {
 	walEnd        *atomic.Uint64
 	ready         *atomic.Bool
 	sb            *standby
+	cur           *trackerRef          // r.tr, for the gauges
+	system        replication.Identity // WAL history r.tr's positions belong to
 }
 
 // session streams over one replication connection until ctx is done, the
 // connection fails, or an event cannot be delivered.
 func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
+	if err := r.adopt(conn); err != nil {
+		_ = conn.Close(context.Background())
+		return err
+	}
 	dec, err := decoder.New(withTableOIDs(r.dcfg, conn.TableOIDs, conn.OIDsReadAt))
 	if err != nil {
 		_ = conn.Close(context.Background())
