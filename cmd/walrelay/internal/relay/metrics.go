@@ -15,6 +15,8 @@ type metrics struct {
 	produceFailures  prometheus.Counter
 	deadLetters      *prometheus.CounterVec
 	reconnects       *prometheus.CounterVec
+	kafkaRetries     prometheus.Counter
+	reservedHeaders  prometheus.Counter
 	heartbeatLatency prometheus.Histogram
 	heartbeatErrors  prometheus.Counter
 	heartbeatLast    prometheus.Gauge
@@ -33,6 +35,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "walrelay_produce_failures_total", Help: "Records Kafka refused for good (walrelay stops on them)."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_dead_letters_total", Help: "Events sent to the dead-letter topic, by reason."}, []string{"reason"}),
+		kafkaRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_kafka_topic_retries_total", Help: "Topic look-ups or creations retried because Kafka was unavailable (the pipeline waits meanwhile)."}),
+		reservedHeaders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_reserved_headers_dropped_total", Help: "Entries of the headers column dropped because they would shadow a walrelay header (id, event_type, aggregate_type, walrelay.*, ce_*)."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_reconnects_total", Help: "Reconnects to Postgres after a lost replication connection, by cause."}, []string{"cause"}),
 		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -45,7 +51,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_ready", Help: "1 while streaming from the slot, 0 while connecting or standing by."}),
 	}
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

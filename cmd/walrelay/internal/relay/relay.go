@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 
-	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log))
+	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }))
 	if err != nil {
 		return err
 	}
