@@ -72,7 +72,10 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	f.insertTxn(t, "agg-1", 3)
 	after := pg.insertLSN()
 
-	waitFor(t, 20*time.Second, "four refused topic creations", func() bool { return refusals() >= 4 })
+	waitFor(t, 20*time.Second, "four refused topic creations", func() bool {
+		f.relayRunning(t, "while Kafka fails the topic's creation")
+		return refusals() >= 4
+	})
 	f.relayRunning(t, "while Kafka fails the topic's creation")
 	if c := pg.confirmed(f.name); c > start {
 		t.Fatalf("confirmed_flush_lsn moved to %v past the unproduced transaction (start %v)", c, start)
