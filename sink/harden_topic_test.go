@@ -253,3 +253,29 @@ func TestReservedHeadersCounted(t *testing.T) {
 		t.Errorf("reported %q, want %q for the record and again for the dead letter", got, want)
 	}
 }
+
+// TestTopicLookupBrokerDownRetryable (issue 8, item 4): with every broker
+// gone (connections refused), a new topic's look-up is retryable, within
+// the look-up timeout.
+func TestTopicLookupBrokerDownRetryable(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), TopicLookupTimeout: lookupTimeout})
+	ctx := testCtx(t)
+	a := newAcks(1)
+	ev := event(1, "order", "o-1")
+	if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 1), []string{ev.ID})
+	c.Close()
+	start := time.Now()
+	_, err := s.Prepare(ctx, event(2, "invoice", "i-1"))
+	if !sink.IsRetryable(err) {
+		t.Fatalf("Prepare with the broker down = %v, want an IsRetryable error", err)
+	}
+	if took := time.Since(start); took > lookupTimeout+2*time.Second {
+		t.Errorf("Prepare took %v, want about the look-up timeout %v", took, lookupTimeout)
+	}
+	t.Logf("%v", err)
+}

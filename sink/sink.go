@@ -237,8 +237,10 @@ func (e *ProduceError) Error() string {
 
 func (e *ProduceError) Unwrap() error { return e.Err }
 
-// Sink produces events to Kafka. Produce is called from one goroutine; the
-// done callbacks run on franz-go's goroutines. Close must be called once.
+// Sink produces events to Kafka. Prepare, Produce and their dead-letter
+// counterparts are called from one goroutine; Send, MaxMessageBytes,
+// Buffered and Flush are safe for concurrent use; the done callbacks run on
+// franz-go's goroutines. Close must be called once.
 type Sink struct {
 	cfg   Config
 	tmpl  Template
@@ -329,9 +331,6 @@ type Record struct {
 	id  string
 	lsn pglogrepl.LSN
 }
-
-// Topic of the record.
-func (r Record) Topic() string { return r.rec.Topic }
 
 // Produce is Prepare followed by Send with the same context: it sends ev
 // asynchronously, and returns an error (without calling done) when the

@@ -63,9 +63,12 @@ const (
 // transientCodes is the allow-list of Kafka error codes that say the broker
 // or the cluster cannot answer now but will: elections, controller moves,
 // timeouts, throttling, a broker down (INVALID_REPLICATION_FACTOR is what a
-// cluster with too few live brokers answers to a create) and Kafka's
+// cluster with too few live brokers answers to a create), a topic just
+// created and not yet known to the broker asked (UNKNOWN_TOPIC_OR_PARTITION;
+// a look-up of a missing topic is answered before classifying) and Kafka's
 // catch-all for a broker-side exception.
 var transientCodes = map[int16]bool{
+	kerr.UnknownTopicOrPartition.Code:      true,
 	kerr.UnknownServerError.Code:           true,
 	kerr.LeaderNotAvailable.Code:           true,
 	kerr.NotLeaderForPartition.Code:        true,

@@ -208,3 +208,32 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 		})
 	}
 }
+
+// TestTopicLookupOutageRetriedDeadLetter (issue 8, item 4): the same holds
+// for the dead-letter topic: Kafka failing its creation delays a poison
+// event's dead letter, it does not stop the relay.
+func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
+	cluster := newKfake(t)
+	// franz-go does not retry THROTTLING_QUOTA_EXCEEDED itself (it does NOT_CONTROLLER).
+	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: sink.DefaultDLQTopic, Err: kerr.ThrottlingQuotaExceeded, Count: -1})
+	f := startRelay(t, "relay_dlqout", cluster)
+	pg := f.pg
+	start := pg.insertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	pg.exec("INSERT INTO public." + f.name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
+	after := pg.insertLSN()
+	waitFor(t, 20*time.Second, "three refused creations of the dead-letter topic", func() bool {
+		f.relayRunning(t, "while Kafka fails the dead-letter topic's creation")
+		return h.Hits() >= 3
+	})
+	if c := pg.confirmed(f.name); c > start {
+		t.Fatalf("confirmed_flush_lsn moved to %v past the event not yet dead-lettered (start %v)", c, start)
+	}
+	h.Remove()
+	dl := consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	if got := headerValue(dl[0], sink.HeaderDLQReason); got != "empty_aggregate_id" {
+		t.Errorf("dead letter reason %q, want empty_aggregate_id", got)
+	}
+	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.confirmed(f.name) >= after })
+	f.relayRunning(t, "after the dead letter")
+}

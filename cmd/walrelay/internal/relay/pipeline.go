@@ -222,7 +222,11 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 	wait := kafkaRetryMin << min(attempt-1, 10)
 	wait = min(wait, kafkaRetryMax)
 	p.m.kafkaRetries.Inc()
-	p.log.Warn("kafka unavailable while preparing an event's record; retrying", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
+	var topic string
+	if pe := (*sink.ProduceError)(nil); errors.As(err, &pe) {
+		topic = pe.Topic
+	}
+	p.log.Warn("kafka unavailable while preparing an event's record; retrying", "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
 		"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
 	t := time.NewTimer(wait)
 	defer t.Stop()
