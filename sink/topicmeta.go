@@ -168,8 +168,9 @@ func (s *Sink) lookupPartitions(ctx context.Context, topic string) (int, error) 
 }
 
 // readMaxBytes reads topic's max.message.bytes; 0 when the broker does not
-// say (a principal without DESCRIBE_CONFIGS): the batch limit applies then.
-func (s *Sink) readMaxBytes(ctx context.Context, topic string) (int32, error) {
+// say (a principal without DESCRIBE_CONFIGS): the batch limit applies then,
+// which is logged on the first read.
+func (s *Sink) readMaxBytes(ctx context.Context, topic string, first bool) (int32, error) {
 	rcs, err := s.admin.DescribeTopicConfigs(ctx, topic)
 	if err == nil {
 		var rc kadm.ResourceConfig
@@ -188,11 +189,13 @@ func (s *Sink) readMaxBytes(ctx context.Context, topic string) (int32, error) {
 			return 0, nil
 		}
 	}
-	if classify(err) == errTransient {
+	if classify(err) == errTransient || ctx.Err() != nil {
 		return 0, err
 	}
-	s.log.Info("cannot read the topic's max.message.bytes; records are checked against the batch limit",
-		"topic", topic, "limit", s.cfg.BatchMaxBytes, "error", err)
+	if first {
+		s.log.Info("cannot read the topic's max.message.bytes; records are checked against the batch limit",
+			"topic", topic, "limit", s.cfg.BatchMaxBytes, "error", err)
+	}
 	return 0, nil
 }
 
@@ -260,7 +263,7 @@ func (s *Sink) load(ctx context.Context, topic string) (topicMeta, error) {
 	if err != nil {
 		return topicMeta{}, topicError(ctx, "look up", topic, err, "")
 	}
-	maxBytes, err := s.readMaxBytes(actx, topic)
+	maxBytes, err := s.readMaxBytes(actx, topic, true)
 	if err != nil {
 		return topicMeta{}, topicError(ctx, "describe", topic, err, "")
 	}
@@ -291,7 +294,7 @@ func (s *Sink) reread(ctx context.Context, topic string, m topicMeta) (topicMeta
 	if err != nil {
 		return m, topicError(ctx, "look up", topic, err, "")
 	}
-	maxBytes, err := s.readMaxBytes(actx, topic)
+	maxBytes, err := s.readMaxBytes(actx, topic, false)
 	if err != nil {
 		return m, topicError(ctx, "describe", topic, err, "")
 	}

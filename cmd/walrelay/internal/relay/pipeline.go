@@ -223,7 +223,8 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 	wait = min(wait, kafkaRetryMax)
 	p.m.kafkaRetries.Inc()
 	var topic string
-	if pe := (*sink.ProduceError)(nil); errors.As(err, &pe) {
+	var pe *sink.ProduceError
+	if errors.As(err, &pe) {
 		topic = pe.Topic
 	}
 	p.log.Warn("kafka unavailable while preparing an event's record; retrying", "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
