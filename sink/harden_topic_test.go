@@ -279,3 +279,31 @@ func TestTopicLookupBrokerDownRetryable(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+// TestTopicJustCreatedNotYetVisible (issue 8, item 4): a real broker may
+// not know a topic for a moment after its creation (metadata and configs
+// answer UNKNOWN_TOPIC_OR_PARTITION). That is waited out within one
+// Prepare, not reported as Kafka being unavailable.
+func TestTopicJustCreatedNotYetVisible(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	for _, existing := range []bool{false, true} {
+		var opts []kfake.Opt
+		if existing { // created by someone else: our create answers TOPIC_ALREADY_EXISTS
+			opts = append(opts, kfake.SeedTopics(1, topic))
+		}
+		c := newCluster(t, opts...)
+		meta := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Err: kerr.UnknownTopicOrPartition, Count: 3})
+		conf := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic, Err: kerr.UnknownTopicOrPartition, Count: 2})
+		s := newSink(t, sink.Config{Brokers: c.ListenAddrs()})
+		ev := event(1, "order", "o-1")
+		a := newAcks(1)
+		if err := s.Produce(testCtx(t), ev, a.done(ev.ID)); err != nil {
+			t.Fatalf("existing=%v: Produce = %v, want the topic found once visible", existing, err)
+		}
+		allOK(t, a.wait(t, 1), []string{ev.ID})
+		if meta.Hits() < 1 || conf.Hits() != 2 {
+			t.Errorf("existing=%v: faults hit %d (metadata) and %d (configs) times, want >= 1 and 2", existing, meta.Hits(), conf.Hits())
+		}
+	}
+}

@@ -244,12 +244,12 @@ func (s *Sink) load(ctx context.Context, topic string) (topicMeta, error) {
 			s.log.Info("created topic", "topic", topic, "partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
 			n = int(resp.NumPartitions)
 			if n <= 0 { // old brokers do not say
-				n, err = s.lookupPartitions(actx, topic)
+				n, err = s.awaitVisible(actx, topic)
 			}
 		case errors.Is(err, kerr.TopicAlreadyExists):
-			// Created meanwhile by someone else, or still being deleted:
-			// look again; a topic that is still missing is retried.
-			n, err = s.lookupPartitions(actx, topic)
+			// Created meanwhile by someone else (or still being deleted:
+			// a topic that stays missing is retried).
+			n, err = s.awaitVisible(actx, topic)
 			if errors.Is(err, errNoTopic) {
 				err = fmt.Errorf("%w (%s)", kerr.LeaderNotAvailable, resp.ErrMessage)
 			}
@@ -264,10 +264,42 @@ func (s *Sink) load(ctx context.Context, topic string) (topicMeta, error) {
 		return topicMeta{}, topicError(ctx, "look up", topic, err, "")
 	}
 	maxBytes, err := s.readMaxBytes(actx, topic, true)
+	for errors.Is(err, kerr.UnknownTopicOrPartition) && sleepCtx(actx, visibleEvery) {
+		// Just created: the broker asked does not know it yet.
+		maxBytes, err = s.readMaxBytes(actx, topic, true)
+	}
 	if err != nil {
 		return topicMeta{}, topicError(ctx, "describe", topic, err, "")
 	}
 	return topicMeta{partitions: n, maxBytes: maxBytes, read: time.Now()}, nil
+}
+
+// visibleEvery is how often a topic just created is looked for until the
+// broker asked knows it.
+const visibleEvery = 50 * time.Millisecond
+
+// awaitVisible looks topic up until it exists or ctx ends: a topic just
+// created reaches every broker's metadata a moment later.
+func (s *Sink) awaitVisible(ctx context.Context, topic string) (int, error) {
+	for {
+		n, err := s.lookupPartitions(ctx, topic)
+		if !errors.Is(err, errNoTopic) || !sleepCtx(ctx, visibleEvery) {
+			return n, err
+		}
+	}
+}
+
+// sleepCtx sleeps for d and reports true, or reports false when ctx ends
+// first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // refresh re-reads the partition count and max.message.bytes of a topic
