@@ -41,30 +41,56 @@ func RecordSize(r *kgo.Record) int {
 	return n
 }
 
-// checkSize refuses a record larger than its topic's max.message.bytes.
-func (s *Sink) checkSize(rec *kgo.Record) error {
-	limit := int(s.MaxMessageBytes(rec.Topic))
-	if limit <= 0 {
-		limit = int(s.cfg.BatchMaxBytes)
+// checkSize refuses a record larger than its topic's max.message.bytes,
+// after re-reading the limit if the cached one refuses it: it may have been
+// raised since.
+func (s *Sink) checkSize(ctx context.Context, m topicMeta, rec *kgo.Record) error {
+	size := RecordSize(rec)
+	if size <= s.sizeLimit(m) {
+		return nil
 	}
-	if size := RecordSize(rec); size > limit {
+	m, _, err := s.rereadOnMiss(ctx, rec.Topic, m)
+	if err != nil {
+		return err
+	}
+	if limit := s.sizeLimit(m); size > limit {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, limit)
 	}
 	return nil
 }
 
-// ProduceDeadLetter sends ev to the dead-letter topic with the reason in
-// headers: reason (a short code), the error text, the source table, the topic
-// the event was meant for, and the usual id, event_type, aggregate_type,
-// walrelay.lsn and walrelay.xid. The value is the payload, or null with
-// walrelay.dlq.payload_omitted_bytes when the payload itself is too large for
-// the dead-letter topic. done is called exactly once, as for Produce.
-func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
-	topic := s.cfg.DLQTopic
-	if err := s.ensureTopic(ctx, topic); err != nil {
-		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter topic: %w", err)}
+func (s *Sink) sizeLimit(m topicMeta) int {
+	if m.maxBytes > 0 {
+		return int(m.maxBytes)
 	}
-	rec := s.record(topic, ev)
+	return int(s.cfg.BatchMaxBytes)
+}
+
+// ProduceDeadLetter is PrepareDeadLetter followed by Send with the same
+// context.
+func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
+	r, err := s.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+	if err != nil {
+		return err
+	}
+	s.Send(ctx, r, done)
+	return nil
+}
+
+// PrepareDeadLetter makes ev's record for the dead-letter topic with the
+// reason in headers: reason (a short code), the error text, the source
+// table, the topic the event was meant for, and the usual id, event_type,
+// aggregate_type, walrelay.lsn and walrelay.xid. The value is the payload,
+// or null with walrelay.dlq.payload_omitted_bytes when the payload itself is
+// too large for the dead-letter topic. Errors are as for Prepare; one that
+// is not IsRetryable means the event cannot be dead-lettered either.
+func (s *Sink) PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error) (Record, error) {
+	topic := s.cfg.DLQTopic
+	m, err := s.topic(ctx, topic)
+	if err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter topic: %w", err)}
+	}
+	rec, dropped := s.record(topic, ev)
 	rec.Partition = noPartition // the explicit partition was for the intended topic
 	if len(rec.Key) == 0 {
 		rec.Key = nil
@@ -75,13 +101,15 @@ func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intende
 		kgo.RecordHeader{Key: HeaderDLQTable, Value: []byte(ev.Table)},
 		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(intended)},
 	)
-	if s.checkSize(rec) != nil {
+	if RecordSize(rec) > s.sizeLimit(m) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQPayloadOmitted, Value: []byte(strconv.Itoa(len(rec.Value)))})
 		rec.Value = nil
-		if err := s.checkSize(rec); err != nil {
-			return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter record: %w", err)}
+		if err := s.checkSize(ctx, m, rec); err != nil {
+			return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: fmt.Errorf("dead-letter record: %w", err)}
 		}
 	}
-	s.produce(ctx, rec, ev, done)
-	return nil
+	if dropped > 0 {
+		s.reportReserved(ev)
+	}
+	return Record{rec: rec, id: ev.ID, lsn: ev.LSN}, nil
 }

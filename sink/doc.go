@@ -11,5 +11,11 @@
 //     with nil only after the broker acknowledged it with acks=all;
 //   - records of one key are produced in the order Produce was called;
 //   - memory is bounded by Config.MaxBufferedBytes: Produce blocks when it is
-//     reached.
+//     reached;
+//   - a topic's look-up or creation either succeeds, fails transiently
+//     (IsRetryable: Kafka unavailable, try again), or fails for good with a
+//     typed reason (ErrTopicRefused, ErrTopicNotAuthorized, ErrTopicMissing);
+//     a failure is never remembered, a success is re-read periodically;
+//   - entries of the headers column never shadow walrelay's own headers
+//     (ReservedHeader).
 package sink

@@ -35,37 +35,30 @@ func (tp topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
 }
 
 func (tp topicPartitioner) Partition(r *kgo.Record, n int) int {
-	if r.Partition >= 0 && int(r.Partition) < n {
+	if r.Partition >= 0 {
+		// Prepare checked it against the topic and waited for the
+		// producer's metadata to have it; should it still be out of
+		// range, the record fails instead of going elsewhere.
 		return int(r.Partition)
 	}
 	return tp.byKey.Partition(r, n)
 }
 
-// checkPartition refuses an explicit partition the topic does not have. The
-// partition count is looked up once per topic.
-func (s *Sink) checkPartition(ctx context.Context, rec *kgo.Record) error {
+// checkPartition refuses an explicit partition the topic does not have,
+// after re-reading the partition count if the cached one refuses it: a topic
+// may have gained partitions since.
+func (s *Sink) checkPartition(ctx context.Context, m topicMeta, rec *kgo.Record) error {
 	if rec.Partition < 0 {
 		return nil
 	}
-	s.mu.Lock()
-	n, ok := s.partitions[rec.Topic]
-	s.mu.Unlock()
-	if !ok {
-		details, err := s.admin.ListTopics(ctx, rec.Topic)
-		if err != nil {
-			return fmt.Errorf("look up partitions: %w", err)
+	if int(rec.Partition) >= m.partitions {
+		var err error
+		if m, _, err = s.rereadOnMiss(ctx, rec.Topic, m); err != nil {
+			return err
 		}
-		d, found := details[rec.Topic]
-		if !found || d.Err != nil {
-			return fmt.Errorf("look up partitions of %s: %v", rec.Topic, d.Err)
-		}
-		n = len(d.Partitions)
-		s.mu.Lock()
-		s.partitions[rec.Topic] = n
-		s.mu.Unlock()
 	}
-	if int(rec.Partition) >= n {
-		return fmt.Errorf("%w: partition %d, topic %s has %d", ErrNoSuchPartition, rec.Partition, rec.Topic, n)
+	if int(rec.Partition) >= m.partitions {
+		return fmt.Errorf("%w: partition %d, topic %s has %d", ErrNoSuchPartition, rec.Partition, rec.Topic, m.partitions)
 	}
-	return nil
+	return s.awaitClientPartition(ctx, rec.Topic, rec.Partition)
 }

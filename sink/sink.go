@@ -13,9 +13,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
@@ -83,6 +83,16 @@ type Config struct {
 	// zero values are plaintext without authentication.
 	TLS  TLSConfig
 	SASL SASLConfig
+	// TopicLookupTimeout bounds one look-up, creation or re-read of a topic;
+	// past it the attempt counts as Kafka being unavailable (IsRetryable).
+	// Default 10s.
+	TopicLookupTimeout time.Duration
+	// TopicRefreshInterval is how often the partition count and
+	// max.message.bytes of a topic in use are re-read (on its next record),
+	// so that partitions added or a limit raised are seen without a
+	// restart. A record refused by the cached values re-reads them first
+	// (at most every 100ms per topic). Default 1m.
+	TopicRefreshInterval time.Duration
 }
 
 // Validate reports a configuration that cannot work, naming the key.
@@ -126,6 +136,9 @@ func (c Config) Validate() error {
 	if c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
 		return errors.New("kafka: buffer sizes must not be negative")
 	}
+	if c.TopicLookupTimeout < 0 || c.TopicRefreshInterval < 0 {
+		return errors.New("kafka: topic lookup timeout and refresh interval must not be negative")
+	}
 	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
 		return errors.New("kafka: topic partitions and replication factor must be -1 (broker default) or positive")
 	}
@@ -166,6 +179,12 @@ func (c *Config) setDefaults() {
 	if c.ContentType == "" {
 		c.ContentType = "application/json"
 	}
+	if c.TopicLookupTimeout == 0 {
+		c.TopicLookupTimeout = 10 * time.Second
+	}
+	if c.TopicRefreshInterval == 0 {
+		c.TopicRefreshInterval = time.Minute
+	}
 }
 
 // codec maps a compression name to franz-go's codec. zstd runs at its fastest
@@ -195,6 +214,14 @@ type Option func(*Sink)
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Sink) { s.log = l } }
 
+// WithOnReservedHeader sets a function called once for every entry of an
+// event's headers column that walrelay drops because it would shadow one of
+// walrelay's own headers (see ReservedHeader); the relay counts them in a
+// metric. It runs on the goroutine that calls Prepare and must not block.
+func WithOnReservedHeader(fn func(key string)) Option {
+	return func(s *Sink) { s.onReserved = fn }
+}
+
 // WithClientOpts appends raw franz-go options (tests, TLS, SASL).
 func WithClientOpts(opts ...kgo.Opt) Option {
 	return func(s *Sink) { s.extra = append(s.extra, opts...) }
@@ -215,8 +242,10 @@ func (e *ProduceError) Error() string {
 
 func (e *ProduceError) Unwrap() error { return e.Err }
 
-// Sink produces events to Kafka. Produce is called from one goroutine; the
-// done callbacks run on franz-go's goroutines. Close must be called once.
+// Sink produces events to Kafka. Prepare, Produce and their dead-letter
+// counterparts are called from one goroutine; Send, MaxMessageBytes,
+// Buffered and Flush are safe for concurrent use; the done callbacks run on
+// franz-go's goroutines. Close must be called once.
 type Sink struct {
 	cfg   Config
 	tmpl  Template
@@ -227,9 +256,11 @@ type Sink struct {
 	client *kgo.Client
 	admin  *kadm.Client
 
-	mu         sync.Mutex
-	partitions map[string]int   // partition count of topics with explicit partitions
-	topics     map[string]int32 // topics known to exist → max.message.bytes (0 unknown)
+	onReserved   func(key string)
+	reservedSeen map[string]bool // reserved header keys already logged
+
+	mu     sync.Mutex
+	topics map[string]topicMeta // topics known to exist
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -244,7 +275,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, tmpl: tmpl, tmpls: map[string]Template{}, log: slog.Default(),
-		topics: map[string]int32{}, partitions: map[string]int{}}
+		topics: map[string]topicMeta{}, reservedSeen: map[string]bool{}}
 	for table, src := range cfg.TableTopics {
 		t, err := ParseTemplate(src)
 		if err != nil {
@@ -307,58 +338,129 @@ func (s *Sink) Topic(ev *decoder.Event) (string, error) {
 	return s.tmpl.Render(ev)
 }
 
-// Produce sends ev asynchronously. done is called exactly once: with nil
-// after Kafka acknowledged the record (acks=all), or with a *ProduceError.
-// Produce returns an error (and does not call done) only when the record was
-// not handed to the client: the topic is invalid (ErrInvalidTopic) or
-// missing (ErrTopicMissing), the record is larger than the topic accepts
-// (ErrTooLarge, checked on the uncompressed size), or its explicit partition
-// does not exist (ErrNoSuchPartition).
+// Record is an event made ready for Kafka by Prepare or PrepareDeadLetter,
+// to be handed to Send. The zero value is not usable.
+type Record struct {
+	rec *kgo.Record
+	id  string
+	lsn pglogrepl.LSN
+}
+
+// Produce is Prepare followed by Send with the same context: it sends ev
+// asynchronously, and returns an error (without calling done) when the
+// record was not handed to the client. See Prepare and Send.
+func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
+	r, err := s.Prepare(ctx, ev)
+	if err != nil {
+		return err
+	}
+	s.Send(ctx, r, done)
+	return nil
+}
+
+// Prepare turns ev into a record Kafka will accept, or says why it cannot,
+// with a *ProduceError wrapping one of: ErrInvalidTopic (the rendered topic
+// is not a valid name), ErrTopicMissing (topic creation is off),
+// ErrTopicRefused (Kafka refuses to create the topic: invalid or colliding
+// name, policy), ErrTopicNotAuthorized, ErrTooLarge (larger than the topic's
+// max.message.bytes, checked on the uncompressed size), ErrNoSuchPartition
+// (its explicit partition does not exist), or ErrKafkaUnavailable (Kafka did
+// not answer; IsRetryable: call again later).
 //
-// ctx bounds the record's whole life, as in franz-go: Produce blocks while
-// the client's buffer is full until ctx ends, and a record still buffered
-// when ctx ends fails. Pass a context that outlives a graceful drain.
+// Prepare looks the topic up on its first use, creating it if missing and
+// allowed, and re-reads its partition count and max.message.bytes every
+// Config.TopicRefreshInterval and before refusing a record on them. ctx
+// bounds these calls; each is also bounded by Config.TopicLookupTimeout.
+// Call it from one goroutine.
 //
 // Ownership: the record takes ev's byte slices (AggregateID, Payload, header
 // values) without copying them; the caller must not modify them afterwards.
 // ev itself is not retained.
-func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
+func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 	topic, err := s.Topic(ev)
 	if err != nil {
-		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	if err := s.ensureTopic(ctx, topic); err != nil {
-		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	m, err := s.topic(ctx, topic)
+	if err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	rec := s.record(topic, ev)
-	if err := s.checkSize(rec); err != nil {
-		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	rec, dropped := s.record(topic, ev)
+	if err := s.checkSize(ctx, m, rec); err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	if err := s.checkPartition(ctx, rec); err != nil {
-		return &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	if err := s.checkPartition(ctx, m, rec); err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	s.produce(ctx, rec, ev, done)
-	return nil
+	if dropped > 0 {
+		s.reportReserved(ev)
+	}
+	return Record{rec: rec, id: ev.ID, lsn: ev.LSN}, nil
 }
 
-func (s *Sink) produce(ctx context.Context, rec *kgo.Record, ev *decoder.Event, done func(error)) {
-	id, lsn := ev.ID, ev.LSN
-	s.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
+// Send hands r to the producer. done is called exactly once: with nil after
+// Kafka acknowledged the record (acks=all), or with a *ProduceError.
+//
+// ctx bounds the record's whole life, as in franz-go: Send blocks while the
+// client's buffer is full until ctx ends, and a record still buffered when
+// ctx ends fails. Pass a context that outlives a graceful drain.
+func (s *Sink) Send(ctx context.Context, r Record, done func(error)) {
+	id, lsn := r.id, r.lsn
+	s.client.Produce(ctx, r.rec, func(rec *kgo.Record, err error) {
 		if err != nil {
-			done(&ProduceError{Topic: r.Topic, EventID: id, LSN: lsn.String(), Err: err})
+			done(&ProduceError{Topic: rec.Topic, EventID: id, LSN: lsn.String(), Err: err})
 			return
 		}
 		done(nil)
 	})
 }
 
-// record builds ev's record with the configured extras.
-func (s *Sink) record(topic string, ev *decoder.Event) *kgo.Record {
-	rec := BuildRecord(topic, ev)
+// record builds ev's record with the configured extras, and says how many
+// entries of ev's headers column it dropped as reserved.
+func (s *Sink) record(topic string, ev *decoder.Event) (*kgo.Record, int) {
+	rec, dropped := buildRecord(topic, ev, s.cfg.CloudEvents)
 	if s.cfg.CloudEvents {
 		rec.Headers = append(rec.Headers, CloudEventsHeaders(ev, rec.Timestamp, s.cfg.CloudEventsSource, s.cfg.ContentType)...)
 	}
-	return rec
+	return rec, dropped
+}
+
+// maxReservedLogged bounds the reserved header keys remembered for logging.
+const maxReservedLogged = 64
+
+// reportReserved counts ev's reserved header entries and logs each key the
+// first time it is seen (up to maxReservedLogged keys per process).
+func (s *Sink) reportReserved(ev *decoder.Event) {
+	for _, h := range ev.Headers {
+		if !reservedHeader(h.Key, s.cfg.CloudEvents) {
+			continue
+		}
+		if s.onReserved != nil {
+			s.onReserved(h.Key)
+		}
+		if s.reservedSeen[h.Key] || len(s.reservedSeen) >= maxReservedLogged {
+			continue
+		}
+		s.reservedSeen[h.Key] = true
+		s.log.Warn("dropped a headers-column entry that would shadow a walrelay header (logged once per key)",
+			"key", h.Key, "id", ev.ID, "lsn", ev.LSN.String(), "table", ev.Table)
+	}
+}
+
+// ReservedHeader reports whether key names a header walrelay sets itself,
+// which the headers column cannot supply: id, event_type, aggregate_type,
+// anything under walrelay. and CloudEvents' ce_ prefix, and, with
+// CloudEvents on, content-type. Names are compared as Kafka does: exactly.
+func ReservedHeader(key string, cloudEvents bool) bool { return reservedHeader(key, cloudEvents) }
+
+func reservedHeader(key string, cloudEvents bool) bool {
+	switch key {
+	case HeaderID, HeaderEventType, HeaderAggregateType:
+		return true
+	case HeaderContentType:
+		return cloudEvents
+	}
+	return strings.HasPrefix(key, "walrelay.") || strings.HasPrefix(key, "ce_")
 }
 
 // CloudEvents header names (Kafka protocol binding, binary content mode).
@@ -400,15 +502,27 @@ func stringBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// BuildRecord turns ev into the Kafka record of DESIGN.md §4.
+// BuildRecord turns ev into the Kafka record of DESIGN.md §4. Entries of
+// ev.Headers that would shadow walrelay's own headers (ReservedHeader) are
+// dropped.
 func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
+	rec, _ := buildRecord(topic, ev, false)
+	return rec
+}
+
+func buildRecord(topic string, ev *decoder.Event, cloudEvents bool) (*kgo.Record, int) {
 	hs := make([]kgo.RecordHeader, 0, 5+len(ev.Headers))
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderID, Value: stringBytes(ev.ID)},
 		kgo.RecordHeader{Key: HeaderEventType, Value: stringBytes(ev.EventType)},
 		kgo.RecordHeader{Key: HeaderAggregateType, Value: stringBytes(ev.AggregateType)},
 	)
+	dropped := 0
 	for _, h := range ev.Headers {
+		if reservedHeader(h.Key, cloudEvents) {
+			dropped++
+			continue
+		}
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	// One buffer for the position headers: "X/Y" LSN, then the xid.
@@ -442,63 +556,15 @@ func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
 		Value:     ev.Payload,
 		Headers:   hs,
 		Timestamp: ts,
-	}
+	}, dropped
 }
 
-func (s *Sink) ensureTopic(ctx context.Context, topic string) error {
-	s.mu.Lock()
-	_, ok := s.topics[topic]
-	s.mu.Unlock()
-	if ok {
-		return nil
-	}
-	// Look first: a producer may lack CREATE permission on existing topics.
-	details, err := s.admin.ListTopics(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("look up topic: %w", err)
-	}
-	d, ok := details[topic]
-	exists := ok && d.Err == nil
-	if ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-		return fmt.Errorf("look up topic: %w", d.Err)
-	}
-	if !exists {
-		if s.cfg.DisableCreateTopics {
-			return fmt.Errorf("%w: %q (create it, or enable topic creation)", ErrTopicMissing, topic)
-		}
-		resp, err := s.admin.CreateTopic(ctx, s.cfg.TopicPartitions, s.cfg.TopicReplicationFactor, nil, topic)
-		switch {
-		case err == nil:
-			s.log.Info("created topic", "topic", topic, "partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
-		case errors.Is(err, kerr.TopicAlreadyExists):
-		default:
-			return fmt.Errorf("create topic: %w", err)
-		}
-	}
-	maxBytes := int32(0)
-	if rcs, err := s.admin.DescribeTopicConfigs(ctx, topic); err == nil {
-		if rc, err := rcs.On(topic, nil); err == nil && rc.Err == nil {
-			for _, c := range rc.Configs {
-				if c.Key == "max.message.bytes" && c.Value != nil {
-					if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
-						maxBytes = int32(n)
-					}
-				}
-			}
-		}
-	}
-	s.mu.Lock()
-	s.topics[topic] = maxBytes
-	s.mu.Unlock()
-	return nil
-}
-
-// MaxMessageBytes returns the topic's max.message.bytes as read when the
-// topic was first used, or 0 when unknown.
+// MaxMessageBytes returns the topic's max.message.bytes as last read, or 0
+// when unknown. Safe for concurrent use.
 func (s *Sink) MaxMessageBytes(topic string) int32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.topics[topic]
+	return s.topics[topic].maxBytes
 }
 
 // batchMaxBytes lets a batch grow to the topic's limit when known.

@@ -51,6 +51,8 @@ type metrics struct {
 	produceFailures  prometheus.Counter
 	deadLetters      *prometheus.CounterVec
 	reconnects       *prometheus.CounterVec
+	kafkaRetries     prometheus.Counter
+	reservedHeaders  prometheus.Counter
 	heartbeatLatency prometheus.Histogram
 	heartbeatErrors  prometheus.Counter
 	heartbeatLast    prometheus.Gauge
@@ -84,6 +86,10 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_produce_failures_total", Help: "Records Kafka refused for good (walrelay stops on them)."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_dead_letters_total", Help: "Events sent to the dead-letter topic, by reason."}, []string{"reason"}),
+		kafkaRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_kafka_topic_retries_total", Help: "Topic look-ups or creations retried because Kafka was unavailable (the pipeline waits meanwhile)."}),
+		reservedHeaders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_reserved_headers_dropped_total", Help: "Entries of the headers column dropped because they would shadow a walrelay header (id, event_type, aggregate_type, walrelay.*, ce_*)."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_reconnects_total", Help: "Reconnects to Postgres after a lost replication connection (cause connection), and times this instance found the slot held by another and stood by (cause slot_in_use)."}, []string{"cause"}),
 		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -137,7 +143,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -19,10 +19,17 @@ import (
 
 // producer is what the pipeline needs from the sink.
 type producer interface {
-	Produce(ctx context.Context, ev *decoder.Event, done func(error)) error
-	ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error
+	Prepare(ctx context.Context, ev *decoder.Event) (sink.Record, error)
+	PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error) (sink.Record, error)
+	Send(ctx context.Context, r sink.Record, done func(error))
 	Topic(ev *decoder.Event) (string, error)
 }
+
+// Backoff while Kafka cannot answer a topic's look-up or creation.
+const (
+	kafkaRetryMin = 250 * time.Millisecond
+	kafkaRetryMax = 10 * time.Second
+)
 
 // Poison policies (--on-poison).
 const (
@@ -176,39 +183,93 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
 		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header
-		return p.deadLetter(ev, intended, reason, cause, done)
+		return p.deadLetter(ctx, ev, intended, reason, cause, done)
 	}
-	err = p.sink.Produce(p.produceCtx, ev, done)
+	// ctx (not produceCtx) bounds the topic look-ups: a shutdown must not
+	// wait for Kafka to come back.
+	rec, err := p.sink.Prepare(ctx, ev)
+	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
+		if werr := p.awaitKafka(ctx, ev, attempt, err); werr != nil {
+			return werr
+		}
+		rec, err = p.sink.Prepare(ctx, ev)
+	}
 	if err == nil {
+		p.sink.Send(p.produceCtx, rec, done)
 		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // shutting down: the event was not produced, nor confirmed
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
 		switch {
 		case errors.Is(err, sink.ErrInvalidTopic):
-			return p.deadLetter(ev, pe.Topic, "invalid_topic", err, done)
+			return p.deadLetter(ctx, ev, pe.Topic, "invalid_topic", err, done)
+		case errors.Is(err, sink.ErrTopicRefused):
+			return p.deadLetter(ctx, ev, pe.Topic, "topic_refused", err, done)
 		case errors.Is(err, sink.ErrTooLarge):
-			return p.deadLetter(ev, pe.Topic, "too_large", err, done)
+			return p.deadLetter(ctx, ev, pe.Topic, "too_large", err, done)
 		case errors.Is(err, sink.ErrNoSuchPartition):
-			return p.deadLetter(ev, pe.Topic, "bad_partition", err, done)
+			return p.deadLetter(ctx, ev, pe.Topic, "bad_partition", err, done)
 		}
 	}
 	p.m.produceFailures.Inc()
 	return err
 }
 
+// awaitKafka waits before attempt+1 of preparing ev while Kafka is
+// unavailable (err), with backoff, until ctx ends. The pipeline reads nothing
+// meanwhile: the stream stops at the in-flight cap, as when produce requests
+// are retried, and the watermark stays before ev.
+func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt int, err error) error {
+	wait := kafkaRetryMin << min(attempt-1, 10)
+	wait = min(wait, kafkaRetryMax)
+	p.m.kafkaRetries.Inc()
+	var topic string
+	var pe *sink.ProduceError
+	if errors.As(err, &pe) {
+		topic = pe.Topic
+	}
+	p.log.Warn("kafka unavailable while preparing an event's record; retrying", "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
+		"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // deadLetter sends ev to the dead-letter topic, or stops with a
 // *PoisonError under --on-poison=stop. Either way the event is accounted for:
 // never skipped.
-func (p *pipeline) deadLetter(ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
+func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
 	if p.onPoison == OnPoisonStop {
 		p.m.produceFailures.Inc()
 		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: reason, Err: cause}
 	}
+	rec, err := p.sink.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
+		if werr := p.awaitKafka(ctx, ev, attempt, err); werr != nil {
+			return werr
+		}
+		rec, err = p.sink.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.m.produceFailures.Inc()
+		return err
+	}
 	p.m.deadLetters.WithLabelValues(reason).Inc()
-	p.log.Warn("event dead-lettered", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID, "table", ev.Table,
+	p.log.Warn("event dead-lettered", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID, "table", ev.Table, "topic", intended,
 		"reason", reason, "error", cause.Error())
-	return p.sink.ProduceDeadLetter(p.produceCtx, ev, intended, reason, cause, done)
+	p.sink.Send(p.produceCtx, rec, done)
+	return nil
 }
 
 // poisonOf says why ev's values cannot become a valid record, if they cannot.

@@ -67,7 +67,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, cfg.Slot)
 
-	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log), kafkaMetrics(reg))
+	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log), kafkaMetrics(reg),
+		sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }))
 	if err != nil {
 		var se *sink.SettingError // a TLS or secret file that cannot be read
 		if errors.As(err, &se) {
