@@ -25,7 +25,7 @@ var (
 	// deadLetterReasons are the reasons pipeline.go dead-letters with
 	// (poisonOf and the sink's refusals).
 	deadLetterReasons = []string{"null_aggregate_id", "null_field", "bad_headers", "bad_payload", "bad_timestamp",
-		"bad_message", "unsupported_value", "bad_partition", "undecodable", "empty_aggregate_id", "invalid_topic", "too_large"}
+		"bad_message", "unsupported_value", "bad_partition", "undecodable", "empty_aggregate_id", "invalid_topic", "too_large", "topic_refused"}
 	// reconnectCauses are the causes of walrelay_reconnects_total.
 	reconnectCauses = []string{"connection", "slot_in_use"}
 	// walStatuses are pg_replication_slots.wal_status values.

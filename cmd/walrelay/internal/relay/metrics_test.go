@@ -104,7 +104,7 @@ func TestDeadLetterReasonsInitialised(t *testing.T) {
 	if reason, _ := poisonOf(&decoder.Event{}); !slices.Contains(deadLetterReasons, reason) {
 		t.Errorf("empty aggregate id -> reason %q, not initialised", reason)
 	}
-	for _, r := range []string{"invalid_topic", "too_large", "bad_partition"} { // the sink's refusals in produce()
+	for _, r := range []string{"invalid_topic", "too_large", "bad_partition", "topic_refused"} { // the sink's refusals in produce()
 		if !slices.Contains(deadLetterReasons, r) {
 			t.Errorf("reason %q not initialised", r)
 		}
