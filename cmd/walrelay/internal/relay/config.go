@@ -431,6 +431,9 @@ func (c Config) Validate() error {
 			return bad("tables", "%s: %v", t.name, err)
 		}
 	}
+	if err := c.validateDecoder(); err != nil {
+		return err
+	}
 	if c.MessagePrefix == heartbeatPrefix {
 		return bad("message-prefix", "%q is reserved for heartbeats", c.MessagePrefix)
 	}
@@ -567,6 +570,29 @@ func (c Config) decoderConfig() (decoder.Config, error) {
 		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns})
 	}
 	return dc, nil
+}
+
+// validateDecoder checks the whole decoder configuration (duplicate header
+// columns, a required column unmapped, ...) so that it fails at startup, not
+// in every replication session.
+func (c Config) validateDecoder() error {
+	dc, err := c.decoderConfig()
+	if err == nil {
+		err = dc.Validate()
+	}
+	if err == nil {
+		return nil
+	}
+	key := "table"
+	switch {
+	case len(c.TableSpecs) > 0:
+		key = "tables"
+	case strings.Contains(err.Error(), "header column"):
+		key = "header-columns"
+	case strings.Contains(err.Error(), "prefix"):
+		key = "message-prefix"
+	}
+	return &ConfigError{Key: key, Err: errors.New(strings.TrimPrefix(err.Error(), "decoder config: "))}
 }
 
 // firstRole names the column role an error most likely concerns.

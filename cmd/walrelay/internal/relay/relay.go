@@ -64,6 +64,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The whole decoder configuration is checked before any connection: a
+	// session must never be the first to find it invalid.
+	if _, err := decoder.New(dcfg); err != nil {
+		return &ConfigError{Key: "table", Err: err}
+	}
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 
@@ -140,8 +145,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			}
 			return nil
 		}
-		var de *deliveryError
-		if errors.As(err, &de) || (err != nil && !replication.IsRetryable(err)) {
+		if err != nil && !reconnectable(err) {
 			return err
 		}
 		tr.Abort() // the half-read transaction is read again from the slot
@@ -168,8 +172,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var pe *replication.PrereqError
-			if errors.As(err, &pe) {
+			if !reconnectable(err) {
 				return err
 			}
 			log.Warn("reconnect to postgres failed", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
