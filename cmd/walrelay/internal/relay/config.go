@@ -40,8 +40,10 @@ type Config struct {
 	// preset, columns and topic; it replaces --table, --columns and the
 	// column flags.
 	TableSpecs []TableSpec
-	// MessagePrefix is the logical message prefix of tableless outbox events
-	// ("" disables them).
+	// MessagePrefix is the logical message prefix of tableless outbox events.
+	// Default "": off. The tableless outbox is opt-in because any role may
+	// call pg_logical_emit_message unless EXECUTE on it is revoked from
+	// PUBLIC (walrelay doctor warns while it is not).
 	MessagePrefix string
 
 	CloudEvents       bool
@@ -199,7 +201,6 @@ func Defaults() Config {
 		Topic:                  "outbox.event.{aggregate_type}",
 		Columns:                "default",
 		ColumnMap:              map[string]string{},
-		MessagePrefix:          "walrelay.outbox",
 		CloudEventsSource:      "/walrelay/{table}",
 		ContentType:            "application/json",
 		MetricsAddr:            ":9187",
@@ -242,7 +243,7 @@ func (c *Config) settings() []setting {
 		{"column-timestamp", "timestamp column used as the record timestamp (none: commit time)", mapVal{c.ColumnMap, "timestamp"}},
 		{"column-partition", "integer column holding an explicit Kafka partition (NULL: by key)", mapVal{c.ColumnMap, "partition"}},
 		{"header-columns", "more columns copied into record headers, comma-separated (may be added to the table later)", listVal{&c.HeaderColumns}},
-		{"message-prefix", "logical message prefix of tableless outbox events (empty disables)", stringVal{&c.MessagePrefix}},
+		{"message-prefix", "logical message prefix of tableless outbox events, e.g. walrelay.outbox (opt-in; empty, the default, disables)", stringVal{&c.MessagePrefix}},
 		{"cloudevents", "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", boolVal{&c.CloudEvents}},
 		{"cloudevents-source", "ce_source; {table} is replaced by schema.table (or message)", stringVal{&c.CloudEventsSource}},
 		{"content-type", "content-type header in CloudEvents mode", stringVal{&c.ContentType}},
