@@ -132,7 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready}
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, confirmed: conn.Start}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -142,6 +142,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
+			}
+			if !streamed {
+				r.finishBetweenSessions(rcfg)
 			}
 			return nil
 		}
@@ -161,6 +164,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		for {
 			select {
 			case <-ctx.Done():
+				r.finishBetweenSessions(rcfg)
 				return nil
 			case <-time.After(backoff):
 			}
@@ -170,6 +174,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 				break
 			}
 			if ctx.Err() != nil {
+				r.finishBetweenSessions(rcfg)
 				return nil
 			}
 			if !reconnectable(err) {
@@ -200,6 +205,7 @@ type runner struct {
 	fail          context.CancelCauseFunc
 	walEnd        *atomic.Uint64
 	ready         *atomic.Bool
+	confirmed     pglogrepl.LSN // last position reported to the slot (Run goroutine only)
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -237,7 +243,9 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		}
 		return nil
 	})
-	return g.Wait()
+	err = g.Wait()
+	r.confirmed = max(r.confirmed, st.Confirmed())
+	return err
 }
 
 func newSinkForDoctor(cfg Config) (*sink.Sink, error) { return sink.New(cfg.sinkConfig()) }
