@@ -33,6 +33,10 @@ func (r *runner) finishBetweenSessions(rcfg replication.Config) {
 	for r.sink.Buffered() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
+	if n := r.sink.Buffered(); n > 0 {
+		r.log.Warn("shutdown timeout: records still unacknowledged; they will be sent again after restart",
+			"slot", r.cfg.Slot, "unacknowledged_records", n)
+	}
 	w := r.tr.Watermark()
 	if w <= r.confirmed {
 		r.log.Info("final position already confirmed", "slot", r.cfg.Slot, "lsn", r.confirmed.String(),
