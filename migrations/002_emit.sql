@@ -20,8 +20,11 @@
 -- The function runs with the caller's rights (SECURITY INVOKER): in table
 -- mode the caller needs INSERT on the outbox table, nothing more. USAGE on
 -- the schema is granted to PUBLIC so that any role may call it; that grants
--- no rights on the table. The message prefix is fixed: walrelay run's
--- --message-prefix must stay walrelay.outbox (its default) for wal mode.
+-- no rights on the table. The message prefix is fixed: wal mode needs
+-- walrelay run --message-prefix walrelay.outbox (the tableless outbox is
+-- opt-in, off by default). Once EXECUTE on pg_logical_emit_message is
+-- revoked from PUBLIC (walrelay doctor warns until it is), wal mode needs
+-- the caller to have it, or this function to be SECURITY DEFINER (README).
 
 -- Serialize concurrent `walrelay migrate` runs against one database (this
 -- file runs as one transaction there): concurrent CREATE OR REPLACE FUNCTION

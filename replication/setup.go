@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -229,32 +232,53 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 // ErrSlotInUse reports that another process streams from the slot.
 var ErrSlotInUse = errors.New("replication slot is in use by another process")
 
-// IsRetryable reports whether err is worth a reconnect with backoff (lost
-// connection, server restart, slot in use) rather than a stop.
+// ErrServerEnded reports that the server ended the replication stream on its
+// own (CopyDone or CommandComplete, as a walsender does when Postgres shuts
+// down); the caller reconnects.
+var ErrServerEnded = errors.New("server ended the replication stream")
+
+// IsRetryable reports whether err is a known transient failure worth a
+// reconnect with backoff: a lost or refused connection (network errors, EOF,
+// timeouts, errors pgconn marks safe to retry), a server that ended or went
+// silent, the slot in use, or one of the SQLSTATEs of a server going away or
+// not accepting connections yet (class 08 connection exception, 57P01
+// admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 53300
+// too_many_connections, 55006 object_in_use). It is an allow-list: any other
+// error (a bad configuration, a missing prerequisite, an authentication or
+// privilege failure, a protocol error) is not retried, so walrelay stops and
+// says why instead of reconnecting forever.
 func IsRetryable(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var pe *PrereqError
 	if errors.As(err, &pe) {
 		return false
 	}
-	if errors.Is(err, ErrSlotInUse) || errors.Is(err, ErrServerSilent) {
+	if errors.Is(err, ErrSlotInUse) || errors.Is(err, ErrServerSilent) || errors.Is(err, ErrServerEnded) {
 		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
-			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources (too many connections)
-			pgErr.Code == "55006":                // object in use
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300", "55006":
 			return true
 		}
-		return false
+		return strings.HasPrefix(pgErr.Code, "08")
 	}
-	// Network errors, EOF, timeouts: the connection is gone.
-	return !errors.Is(err, context.Canceled)
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		return false // a TLS alert from the server: a configuration problem
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
 }
 
 // Conn is an open replication connection positioned at a slot. Use it from

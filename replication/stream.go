@@ -268,7 +268,9 @@ func (s *Stream) stream(ctx context.Context) error {
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
 		case *pgproto3.CopyDone:
-			return errors.New("replication stream: server ended the stream (CopyDone)")
+			return fmt.Errorf("replication stream: %w (CopyDone)", ErrServerEnded)
+		case *pgproto3.CommandComplete:
+			return fmt.Errorf("replication stream: %w (CommandComplete)", ErrServerEnded)
 		default:
 			return fmt.Errorf("replication stream: unexpected message %T", raw)
 		}

@@ -29,7 +29,8 @@ func TestContractTableless(t *testing.T) {
 	dsn := c.createDatabase(c.name)
 	c.migrate(dsn, c.table) // the (unused) outbox table and walrelay.emit
 	prefix := c.name + "."
-	p := c.startReady("--postgres-dsn", dsn)
+	// The tableless outbox is opt-in: walrelay.emit's wal mode needs this prefix.
+	p := c.startReady("--postgres-dsn", dsn, "--message-prefix", "walrelay.outbox")
 	addr := p.metricsAddr()
 
 	conn := connect(t, dsn)

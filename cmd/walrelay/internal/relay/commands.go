@@ -296,6 +296,13 @@ func doctor(ctx context.Context, cfg Config, w io.Writer) int {
 			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, f.Note)
 		}
 	}
+	if cfg.MessagePrefix != "" && err == nil {
+		if ok, note := checkTableless(ctx, cfg); ok {
+			fmt.Fprintf(w, "ok   %-11s %s\n", "tableless", note)
+		} else {
+			fmt.Fprintf(w, "WARN %-11s %s\n", "tableless", note)
+		}
+	}
 	snk, err := newSinkForDoctor(cfg)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)

@@ -40,8 +40,10 @@ type Config struct {
 	// preset, columns and topic; it replaces --table, --columns and the
 	// column flags.
 	TableSpecs []TableSpec
-	// MessagePrefix is the logical message prefix of tableless outbox events
-	// ("" disables them).
+	// MessagePrefix is the logical message prefix of tableless outbox events.
+	// Default "": off. The tableless outbox is opt-in because any role may
+	// call pg_logical_emit_message unless EXECUTE on it is revoked from
+	// PUBLIC (walrelay doctor warns while it is not).
 	MessagePrefix string
 
 	CloudEvents       bool
@@ -214,7 +216,6 @@ func Defaults() Config {
 		Topic:                  "outbox.event.{aggregate_type}",
 		Columns:                "default",
 		ColumnMap:              map[string]string{},
-		MessagePrefix:          "walrelay.outbox",
 		CloudEventsSource:      "/walrelay/{table}",
 		ContentType:            "application/json",
 		MetricsAddr:            ":9187",
@@ -259,7 +260,7 @@ func (c *Config) settings() []setting {
 		{"column-timestamp", "timestamp column used as the record timestamp (none: commit time)", mapVal{c.ColumnMap, "timestamp"}},
 		{"column-partition", "integer column holding an explicit Kafka partition (NULL: by key)", mapVal{c.ColumnMap, "partition"}},
 		{"header-columns", "more columns copied into record headers, comma-separated (may be added to the table later)", listVal{&c.HeaderColumns}},
-		{"message-prefix", "logical message prefix of tableless outbox events (empty disables)", stringVal{&c.MessagePrefix}},
+		{"message-prefix", "logical message prefix of tableless outbox events, e.g. walrelay.outbox (opt-in; empty, the default, disables)", stringVal{&c.MessagePrefix}},
 		{"cloudevents", "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", boolVal{&c.CloudEvents}},
 		{"cloudevents-source", "ce_source; {table} is replaced by schema.table (or message)", stringVal{&c.CloudEventsSource}},
 		{"content-type", "content-type header in CloudEvents mode", stringVal{&c.ContentType}},
@@ -504,6 +505,9 @@ func (c Config) Validate() error {
 			return bad("tables", "%s: %v", t.name, err)
 		}
 	}
+	if err := c.validateDecoder(); err != nil {
+		return err
+	}
 	if c.MessagePrefix == heartbeatPrefix {
 		return bad("message-prefix", "%q is reserved for heartbeats", c.MessagePrefix)
 	}
@@ -661,6 +665,29 @@ func (c Config) decoderConfig() (decoder.Config, error) {
 		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns})
 	}
 	return dc, nil
+}
+
+// validateDecoder checks the whole decoder configuration (duplicate header
+// columns, a required column unmapped, ...) so that it fails at startup, not
+// in every replication session.
+func (c Config) validateDecoder() error {
+	dc, err := c.decoderConfig()
+	if err == nil {
+		err = dc.Validate()
+	}
+	if err == nil {
+		return nil
+	}
+	key := "table"
+	switch {
+	case len(c.TableSpecs) > 0:
+		key = "tables"
+	case strings.Contains(err.Error(), "header column"):
+		key = "header-columns"
+	case strings.Contains(err.Error(), "prefix"):
+		key = "message-prefix"
+	}
+	return &ConfigError{Key: key, Err: errors.New(strings.TrimPrefix(err.Error(), "decoder config: "))}
 }
 
 // firstRole names the column role an error most likely concerns.

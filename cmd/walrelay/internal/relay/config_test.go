@@ -164,11 +164,11 @@ func TestColumnFlagsAndTablelessOnly(t *testing.T) {
 	if c := dc.Tables[0].Columns; c.AggregateID != "agg" || c.Timestamp != "occurred_at" || c.EventType != "type" {
 		t.Fatalf("columns %+v", c)
 	}
-	if dc.MessagePrefix != "walrelay.outbox" {
-		t.Fatalf("message prefix %q", dc.MessagePrefix)
+	if dc.MessagePrefix != "" {
+		t.Fatalf("message prefix %q, want none (the tableless outbox is opt-in)", dc.MessagePrefix)
 	}
 	// Tableless only: no table at all is fine with a message prefix.
-	cfg, err = Load(append(base, "--table", ""), envMap(nil), io.Discard)
+	cfg, err = Load(append(base, "--table", "", "--message-prefix", "walrelay.outbox"), envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatalf("tableless-only config refused: %v", err)
 	}

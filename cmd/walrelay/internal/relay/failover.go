@@ -51,6 +51,7 @@ func (r *runner) adopt(conn *replication.Conn) error {
 		"new_system_id", conn.System.SystemID, "new_timeline", conn.System.Timeline,
 		"old_lsn", old.Watermark().String(), "old_in_flight", old.InFlight(), "lsn", conn.Start.String())
 	r.system = conn.System
+	r.confirmed = conn.Start // what this server's slot holds, not the old one's
 	r.tr = tr
 	r.cur.Store(tr)
 	r.walEnd.Store(0) // the old server's WAL end means nothing here either

@@ -64,6 +64,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The whole decoder configuration is checked before any connection: a
+	// session must never be the first to find it invalid.
+	if _, err := decoder.New(dcfg); err != nil {
+		return &ConfigError{Key: "table", Err: err}
+	}
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, cfg.Slot)
 
@@ -140,7 +145,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer fail(nil)
 	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
 		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log),
-		cur: cur, system: conn.System}
+		cur: cur, system: conn.System, confirmed: conn.Start}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -151,10 +156,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
+			if !streamed {
+				r.finishBetweenSessions(rcfg)
+			}
 			return nil
 		}
-		var de *deliveryError
-		if errors.As(err, &de) || (err != nil && !replication.IsRetryable(err)) {
+		if err != nil && !reconnectable(err) {
 			return err
 		}
 		r.tr.Abort() // the half-read transaction is read again from the slot
@@ -163,6 +170,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		for {
 			select {
 			case <-ctx.Done():
+				r.finishBetweenSessions(rcfg)
 				return nil
 			case <-time.After(wait):
 			}
@@ -175,10 +183,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 				break
 			}
 			if ctx.Err() != nil {
+				r.finishBetweenSessions(rcfg)
 				return nil
 			}
-			var pe *replication.PrereqError
-			if errors.As(err, &pe) {
+			if !reconnectable(err) {
 				return err
 			}
 			log.Warn("reconnect to postgres failed", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
@@ -209,6 +217,7 @@ type runner struct {
 	sb            *standby
 	cur           *trackerRef          // r.tr, for the gauges
 	system        replication.Identity // WAL history r.tr's positions belong to
+	confirmed     pglogrepl.LSN        // last position reported to the slot (Run goroutine only)
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -251,7 +260,9 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		}
 		return nil
 	})
-	return g.Wait()
+	err = g.Wait()
+	r.confirmed = max(r.confirmed, st.Confirmed())
+	return err
 }
 
 func newSinkForDoctor(cfg Config) (*sink.Sink, error) { return sink.New(cfg.sinkConfig()) }

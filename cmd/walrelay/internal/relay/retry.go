@@ -1,0 +1,20 @@
+package relay
+
+import (
+	"errors"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// reconnectable reports whether the relay reconnects after err ended a
+// session or a reconnect attempt. Only known transient failures qualify
+// (replication.IsRetryable, an allow-list); a delivery failure never does,
+// nor does anything unknown: walrelay then stops with the error instead of
+// reconnecting forever.
+func reconnectable(err error) bool {
+	var de *deliveryError
+	if errors.As(err, &de) {
+		return false
+	}
+	return replication.IsRetryable(err)
+}

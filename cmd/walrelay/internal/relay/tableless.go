@@ -1,0 +1,64 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// emitMessageACL lists every overload of pg_logical_emit_message (text and
+// bytea content; Postgres 17 adds a flush argument) with whether PUBLIC and
+// the current role may execute it.
+const emitMessageACL = `SELECT p.oid::regprocedure::text,
+       has_function_privilege('public', p.oid, 'EXECUTE'),
+       has_function_privilege(current_user, p.oid, 'EXECUTE')
+  FROM pg_catalog.pg_proc p
+ WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace
+ ORDER BY 1`
+
+// checkTableless reports whether the tableless outbox (cfg.MessagePrefix set)
+// is safe to use: any role that can call pg_logical_emit_message can write
+// an event with any topic and key into the stream, so EXECUTE must not be
+// granted to PUBLIC. ok is false with a note that says how to fix it; a
+// failed check is not ok either.
+func checkTableless(ctx context.Context, cfg Config) (ok bool, note string) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	if err != nil {
+		return false, fmt.Sprintf("could not check who may call pg_logical_emit_message: connect to postgres: %v", err)
+	}
+	defer conn.Close(context.Background())
+	res, err := conn.Exec(cctx, emitMessageACL).ReadAll()
+	if err == nil && len(res) != 1 {
+		err = fmt.Errorf("unexpected result")
+	}
+	if err != nil {
+		return false, fmt.Sprintf("could not check who may call pg_logical_emit_message: %v", err)
+	}
+	var public, self []string
+	for _, r := range res[0].Rows {
+		if string(r[1]) == "t" {
+			public = append(public, string(r[0]))
+		}
+		if string(r[2]) != "t" {
+			self = append(self, string(r[0]))
+		}
+	}
+	if len(public) > 0 {
+		var fix []string
+		for _, f := range public {
+			fix = append(fix, "REVOKE EXECUTE ON FUNCTION "+f+" FROM PUBLIC;")
+		}
+		return false, fmt.Sprintf("message prefix %q is on and EXECUTE on %s is granted to PUBLIC: any role that can connect can emit events with any topic and key; fix: %s then GRANT EXECUTE ON FUNCTION ... TO your application role (and to walrelay's role for heartbeats), or let applications call a SECURITY DEFINER walrelay.emit (see README, Tableless outbox)",
+			cfg.MessagePrefix, strings.Join(public, " and "), strings.Join(fix, " "))
+	}
+	if len(self) > 0 && cfg.HeartbeatInterval > 0 {
+		return false, fmt.Sprintf("EXECUTE on %s is revoked from PUBLIC, but walrelay's role may not call it either: heartbeats will fail; fix: GRANT EXECUTE ON FUNCTION %s TO the role walrelay connects as",
+			strings.Join(self, " and "), self[0])
+	}
+	return true, fmt.Sprintf("message prefix %q on; EXECUTE on pg_logical_emit_message is not granted to PUBLIC", cfg.MessagePrefix)
+}
