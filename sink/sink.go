@@ -252,6 +252,9 @@ type Sink struct {
 	tmpls map[string]Template // by Event.Table
 	log   *slog.Logger
 	extra []kgo.Opt
+	// pingOpts are the client options without the extras and without
+	// AlwaysRetryEOF, for the client of Ping.
+	pingOpts []kgo.Opt
 
 	client *kgo.Client
 	admin  *kadm.Client
@@ -308,8 +311,13 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		return nil, err
 	}
 	kopts = append(kopts, sec...)
-	kopts = append(kopts, s.extra...)
-	cl, err := kgo.NewClient(kopts...)
+	s.pingOpts = kopts
+	// An EOF on a connection's first read is taken by franz-go for a
+	// configuration error (SASL or TLS missing) and fails the records at
+	// once. Ping checks the configuration at start with franz-go's default;
+	// after it, such an EOF is a network cut or a restarting broker, retried
+	// like any other (the watermark waits).
+	cl, err := kgo.NewClient(append(append(kopts, kgo.AlwaysRetryEOF()), s.extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -321,7 +329,15 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 // Ping checks that at least one broker answers. A connection refused for a
 // TLS or SASL reason is a *SecurityError that names the setting to fix.
 func (s *Sink) Ping(ctx context.Context) error {
-	if err := s.client.Ping(ctx); err != nil {
+	// A client of its own, without AlwaysRetryEOF: a broker that closes the
+	// connection at once (SASL or TLS expected) must fail the ping, not be
+	// retried until the timeout.
+	cl, err := kgo.NewClient(s.pingOpts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
 		if serr := s.cfg.securityError(err); serr != nil {
 			return serr
 		}
