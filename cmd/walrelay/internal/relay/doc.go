@@ -2,7 +2,7 @@
 // feeds the decoder, whose events are tracked by the checkpoint and produced
 // by the sink; the checkpoint's watermark flows back to the stream, which
 // reports it to Postgres. It also holds the configuration loader and the
-// operator commands (migrate, doctor, status).
+// operator commands (migrate, doctor, status, prune, cutover).
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and
@@ -12,5 +12,11 @@
 //   - a keepalive's WAL end only becomes the watermark when the decoder has no
 //     open transaction and nothing is in flight (checkpoint.AdvanceIdle);
 //   - after the replication connection is lost, the half-read transaction is
-//     abandoned and read again from the slot after reconnecting.
+//     abandoned and read again from the slot after reconnecting;
+//   - a reconnect that reaches another WAL history (system identifier or
+//     timeline changed: a failover) drops the in-memory position and resumes
+//     from that server's slot, and no position of the old history is ever
+//     sent to it (failover.go, shutdown.go);
+//   - only errors known to be transient are retried (retry.go); anything
+//     else, an invalid configuration included, stops walrelay with the error.
 package relay
