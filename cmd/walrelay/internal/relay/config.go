@@ -435,18 +435,28 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Load builds the configuration for `walrelay run` from args (flags, without
 // the subcommand), the environment (getenv) and the YAML file named by
-// --config or WALRELAY_CONFIG. It validates the result.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// --config or WALRELAY_CONFIG. It validates the result. -h prints the usage
+// to help and returns flag.ErrHelp.
+func Load(args []string, getenv func(string) string, help io.Writer) (Config, error) {
+	return loadCommand("run", args, getenv, help)
+}
+
+// loadCommand is Load for cmd (run or doctor, which share the settings);
+// cmd names the usage -h prints.
+func loadCommand(cmd string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := Defaults()
-	fs := flag.NewFlagSet("walrelay run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), commandUsage[cmd])
+		fs.PrintDefaults()
+	}
 	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
 	// Flags are parsed into a scratch Config first, then applied last.
 	scratch := Defaults()
 	for _, s := range scratch.settings() {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
 		}
