@@ -104,6 +104,7 @@ gotest() {
 		mode=(-packages)
 		shift
 	fi
+	case " $* " in *" -v "*) mode+=(-v) ;; esac
 	go test -json "$@" | "$GOTESTCOUNT" "${mode[@]}" -counts "$COUNTS"
 }
 

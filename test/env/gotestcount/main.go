@@ -5,7 +5,8 @@
 // subtests that passed, failed and were skipped, appends "PASSED FAILED
 // SKIPPED" as one line to the -counts file, and exits 1 when anything failed.
 //
-// With -packages it counts packages instead of tests (the fuzz steps of
+// With -v it prints all output as it comes, like go test -v. With -packages
+// it counts packages instead of tests (the fuzz steps of
 // test/env/run-tests.sh count as their package's result).
 //
 //	go test -json ./... | go run ./test/env/gotestcount -counts counts.txt
@@ -37,14 +38,16 @@ type counts struct{ passed, failed, skipped int }
 type counter struct {
 	out        io.Writer
 	byPackage  bool
+	verbose    bool // print every output line as it comes, like go test -v
 	counts     counts
 	buf        map[string][]string // package + "\x00" + test -> its output, while it runs
+	running    map[string]bool     // package + "\x00" + test of tests seen, not ended
 	pkgFailed  map[string]bool
 	testFailed map[string]bool // packages with a failed test
 }
 
 func newCounter(out io.Writer, byPackage bool) *counter {
-	return &counter{out: out, byPackage: byPackage, buf: map[string][]string{},
+	return &counter{out: out, byPackage: byPackage, buf: map[string][]string{}, running: map[string]bool{},
 		pkgFailed: map[string]bool{}, testFailed: map[string]bool{}}
 }
 
@@ -102,8 +105,17 @@ func (c *counter) handle(e event) {
 		return
 	}
 	k := key(e.Package, e.Test)
+	c.running[k] = true
+	switch e.Action {
+	case "pass", "skip", "fail":
+		delete(c.running, k)
+	}
 	switch e.Action {
 	case "output":
+		if c.verbose {
+			fmt.Fprint(c.out, e.Output)
+			return
+		}
 		c.buf[k] = append(c.buf[k], e.Output)
 	case "pass", "skip":
 		delete(c.buf, k)
@@ -136,7 +148,7 @@ func (c *counter) handle(e event) {
 func (c *counter) handlePackage(e event) {
 	switch e.Action {
 	case "output":
-		if !noise(e.Output) {
+		if c.verbose || !noise(e.Output) {
 			fmt.Fprint(c.out, e.Output)
 		}
 	case "pass", "skip":
@@ -170,23 +182,29 @@ func (c *counter) flush(pkg string, show bool) int {
 		}
 	}
 	sort.Strings(keys) // a parent before its subtests
-	n := 0
 	for _, k := range keys {
 		if show {
 			c.print(c.buf[k])
+		}
+		delete(c.buf, k)
+	}
+	n := 0
+	for k := range c.running {
+		if strings.HasPrefix(k, pkg+"\x00") {
 			if !strings.Contains(k[len(pkg)+1:], "/") {
 				n++
 			}
+			delete(c.running, k)
 		}
-		delete(c.buf, k)
 	}
 	return n
 }
 
 func (c *counter) failed() bool { return c.counts.failed > 0 || len(c.pkgFailed) > 0 }
 
-func run(in io.Reader, out io.Writer, byPackage bool) (*counter, error) {
+func run(in io.Reader, out io.Writer, byPackage, verbose bool) (*counter, error) {
 	c := newCounter(out, byPackage)
+	c.verbose = verbose
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -204,8 +222,9 @@ func run(in io.Reader, out io.Writer, byPackage bool) (*counter, error) {
 func main() {
 	countsFile := flag.String("counts", "", "append \"PASSED FAILED SKIPPED\" to this file")
 	byPackage := flag.Bool("packages", false, "count packages instead of tests")
+	verbose := flag.Bool("v", false, "print all test output, as go test -v does")
 	flag.Parse()
-	c, err := run(os.Stdin, os.Stdout, *byPackage)
+	c, err := run(os.Stdin, os.Stdout, *byPackage, *verbose)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gotestcount:", err)
 		os.Exit(2)

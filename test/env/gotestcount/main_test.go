@@ -54,7 +54,7 @@ func TestCounts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out strings.Builder
-			c, err := run(strings.NewReader(stream), &out, tc.byPackage)
+			c, err := run(strings.NewReader(stream), &out, tc.byPackage, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,8 +76,24 @@ func TestCounts(t *testing.T) {
 			}
 		})
 	}
-	c, err := run(strings.NewReader(`{"Action":"pass","Package":"r","Test":"TestA"}`+"\n"+`{"Action":"pass","Package":"r"}`+"\n"), &strings.Builder{}, false)
+	c, err := run(strings.NewReader(`{"Action":"pass","Package":"r","Test":"TestA"}`+"\n"+`{"Action":"pass","Package":"r"}`+"\n"), &strings.Builder{}, false, false)
 	if err != nil || c.failed() || c.counts != (counts{passed: 1}) {
 		t.Errorf("all passing: %+v failed=%v err=%v", c.counts, c.failed(), err)
+	}
+}
+
+func TestVerbosePrintsEverything(t *testing.T) {
+	var out strings.Builder
+	c, err := run(strings.NewReader(stream), &out, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"=== RUN   TestOK", "a_test.go:3: hidden", "--- PASS: TestOK", "diagnosis line"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("verbose output lacks %q", w)
+		}
+	}
+	if c.counts != (counts{passed: 2, failed: 4, skipped: 1}) {
+		t.Errorf("counts %+v", c.counts)
 	}
 }
