@@ -13,3 +13,13 @@ for dir in "${WALRELAY_TEST_DIR:-/tmp/walrelay-test}" "${WALRELAY_DEMO_DIR:-/tmp
 	stop_services "$dir"
 	safe_wipe "$dir"
 done
+# The lock files run-tests.sh takes beside its state dir (take_lock), unless a run holds one.
+for dir in "${WALRELAY_TEST_DIR:-/tmp/walrelay-test}" "${WALRELAY_DEMO_DIR:-/tmp/walrelay-demo}" \
+	"${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}"; do
+	[ -f "$dir.lock" ] || continue
+	if (flock -n 9 && rm -f "$dir.lock") 9<"$dir.lock"; then
+		log "removed $dir.lock"
+	else
+		log "$dir.lock is held by a running test, demo or bench; left in place"
+	fi
+done

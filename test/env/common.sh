@@ -96,7 +96,7 @@ stop_services() {
 		while read -r kind sdir; do
 			[ "$sdir" = "$dir" ] && continue
 			case "$kind" in
-			pg | kafka) WALRELAY_TEST_DIR="$sdir" "$WALRELAY_ENV_DIR/$kind.sh" stop 8>&- 9>&- || true ;;
+			pg | kafka) stop_if_running "$kind" "$sdir" ;;
 			esac
 		done < <(tac "$dir/services")
 	fi
@@ -104,8 +104,43 @@ stop_services() {
 	if [ -f "$dir/debezium/connect.pid" ]; then
 		WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/debezium.sh" stop 8>&- 9>&- || true
 	fi
-	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/kafka.sh" stop 8>&- 9>&- || true
-	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" stop 8>&- 9>&- || true
+	stop_if_running kafka "$dir"
+	stop_if_running pg "$dir"
+}
+
+# stop_if_running KIND DIR: stop DIR's KIND (pg, kafka) when it runs; quiet when it does not.
+stop_if_running() {
+	WALRELAY_TEST_DIR="$2" "$WALRELAY_ENV_DIR/$1.sh" status >/dev/null 2>&1 8>&- 9>&- || return 0
+	WALRELAY_TEST_DIR="$2" "$WALRELAY_ENV_DIR/$1.sh" stop 8>&- 9>&- || true
+}
+
+# port_in_use PORT: true when a socket on 127.0.0.1 (listening or connected) has local port PORT.
+port_in_use() {
+	[ -n "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ] && return 0
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port_block N: print a port P such that P .. P+N-1 are all unused. They lie outside the
+# kernel's ephemeral range (net.ipv4.ip_local_port_range, read only), so no outgoing
+# connection can take one of them between this check and the service's bind.
+free_port_block() {
+	local n="$1" lo=32768 hi=60999 min max p i try
+	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	if [ "$lo" -gt $((11000 + n)) ]; then
+		min=10000 max=$((lo - n))
+	else
+		min=$((hi + 1)) max=$((65535 - n))
+	fi
+	[ "$max" -gt "$min" ] || return 1
+	for ((try = 0; try < 200; try++)); do
+		p=$((min + (RANDOM * 32768 + RANDOM) % (max - min)))
+		for ((i = 0; i < n; i++)); do
+			port_in_use $((p + i)) && continue 2
+		done
+		echo "$p"
+		return 0
+	done
+	return 1
 }
 
 # take_lock DIR: hold DIR.lock on fd 8 for the rest of the calling script (one run per state

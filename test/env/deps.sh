@@ -65,27 +65,6 @@ fi
 
 log "postgres $("$pgbin/postgres" --version | awk '{print $3}') ($pgbin), kcat $(kcat -V 2>&1 | awk '/^Version/ {print $2}'), java $(java_major), $(mvn -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g'), $(go version | awk '{print $3}')"
 
-# Our fixed ports (55432, 59092, ... for test, demo and bench) lie inside Linux's ephemeral
-# range (32768-60999): an outgoing connection can hold one as its local port and the next
-# broker or postmaster then fails to bind. As root, keep them out of ephemeral allocation
-# (net.ipv4.ip_local_reserved_ports; explicit binds still work; not persistent).
-reserve_ports() {
-	local f=/proc/sys/net/ipv4/ip_local_reserved_ports cur want
-	is_root && [ -w "$f" ] || return 0
-	cur="$(cat "$f")"
-	want="55430-55459,59090-59119"
-	local p
-	for p in "${WALRELAY_TEST_PG_PORT:-}" "${WALRELAY_TEST_KAFKA_PORT:-}"; do
-		[ -n "$p" ] && want="$want,$p"
-	done
-	if [ -n "${WALRELAY_TEST_KAFKA_PORT:-}" ]; then want="$want,$((WALRELAY_TEST_KAFKA_PORT + 1))"; fi
-	want="${cur:+$cur,}$want"
-	if [ "$want" != "$cur" ]; then
-		echo "$want" >"$f" 2>/dev/null || log "could not reserve ports in $f (continuing)"
-	fi
-}
-reserve_ports
-
 # Warm the broker jar cache (no-op when cached).
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
 # Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).

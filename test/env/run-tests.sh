@@ -13,7 +13,14 @@
 #
 # Knobs: WALRELAY_TEST_DIR (default /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
 # flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
-# WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging).
+# WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging),
+# WALRELAY_TEST_PG_PORT / WALRELAY_TEST_KAFKA_PORT (default: free ports outside the kernel's
+# ephemeral range, picked at start; Kafka uses the port and the next 9).
+#
+# Go tests run as `go test -json` through test/env/gotestcount, which prints what plain go test
+# prints (ok/FAIL lines, the output of failing tests) and counts tests; the run ends with
+#   go tests: N passed, N failed, N skipped
+# summed over every go test step (a fuzz step counts as its package).
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -26,6 +33,9 @@ export WALRELAY_TEST_ENV_DIR="$WALRELAY_ENV_DIR"
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 FUZZTIME="${WALRELAY_FUZZTIME:-30s}"
 
+COUNTS="$WALRELAY_TEST_DIR/go-test-counts"
+GOTESTCOUNT="$WALRELAY_TEST_DIR/bin/gotestcount"
+
 on_exit() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -33,6 +43,9 @@ on_exit() {
 		log "WALRELAY_TEST_KEEP=1: services left running in $WALRELAY_TEST_DIR"
 	else
 		stop_services "$WALRELAY_TEST_DIR"
+	fi
+	if [ -f "$COUNTS" ]; then
+		awk '{p += $1; f += $2; s += $3} END {printf "go tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$COUNTS"
 	fi
 	exit "$rc"
 }
@@ -45,6 +58,19 @@ take_lock "$WALRELAY_TEST_DIR"
 stop_services "$WALRELAY_TEST_DIR"
 safe_wipe "$WALRELAY_TEST_DIR"
 ensure_state_dir "$WALRELAY_TEST_DIR"
+
+# Ports: the ones given, else free ones, so a port some other process (or an outgoing
+# connection) holds cannot break the run.
+if [ -z "${WALRELAY_TEST_PG_PORT:-}" ]; then
+	WALRELAY_TEST_PG_PORT="$(free_port_block 1)" || die "no free port for Postgres"
+fi
+if [ -z "${WALRELAY_TEST_KAFKA_PORT:-}" ]; then
+	WALRELAY_TEST_KAFKA_PORT="$(free_port_block 10)" || die "no free ports for Kafka"
+fi
+export WALRELAY_TEST_PG_PORT WALRELAY_TEST_KAFKA_PORT
+
+go build -o "$GOTESTCOUNT" ./test/env/gotestcount
+: >"$COUNTS"
 
 trap on_exit EXIT
 trap 'exit 130' INT
@@ -70,17 +96,29 @@ step() {
 	fi
 }
 
+# gotest [-packages] ARGS: go test -json ARGS, shown and counted by gotestcount; fails when
+# go test or any test failed.
+gotest() {
+	local mode=()
+	if [ "$1" = -packages ]; then
+		mode=(-packages)
+		shift
+	fi
+	case " $* " in *" -v "*) mode+=(-v) ;; esac
+	go test -json "$@" | "$GOTESTCOUNT" "${mode[@]}" -counts "$COUNTS"
+}
+
 read -r -a extra <<<"${GO_TEST_FLAGS:-}"
 step vet go vet ./...
-step test go test -race -count=1 -timeout 30m "${extra[@]}" ./...
+step test gotest -race -count=1 -timeout 30m "${extra[@]}" ./...
 step alerts-check promtool check rules deploy/alerts.yaml
 step alerts-test promtool test rules deploy/alerts_test.yaml
 
 if [ "$FUZZTIME" = 0 ]; then
 	log "== fuzz skipped (WALRELAY_FUZZTIME=0)"
 elif grep -qs '^func FuzzDecode(' decoder/*_test.go; then
-	step fuzz go test ./decoder -run '^$' -fuzz '^FuzzDecode$' -fuzztime "$FUZZTIME"
-	step fuzz-framing go test ./replication -run '^$' -fuzz '^FuzzStreamFraming$' -fuzztime 15s
+	step fuzz gotest -packages ./decoder -run '^$' -fuzz '^FuzzDecode$' -fuzztime "$FUZZTIME"
+	step fuzz-framing gotest -packages ./replication -run '^$' -fuzz '^FuzzStreamFraming$' -fuzztime 15s
 else
 	log "== fuzz skipped: no FuzzDecode in decoder/*_test.go yet"
 fi
@@ -88,7 +126,10 @@ fi
 # Packaging: the container image (buildah, offline) and the deploy/ manifests (a nested Go
 # module, so the Kubernetes and compose libraries stay out of walrelay's own go.mod).
 step image bash "$WALRELAY_ENV_DIR/image-test.sh"
-step deploy bash -c 'cd deploy/validate && go vet ./... && go test -count=1 ./...'
+deploy_tests() (
+	cd deploy/validate && go vet ./... && gotest -count=1 ./...
+)
+step deploy deploy_tests
 
 if [ "${#failed[@]}" -gt 0 ]; then
 	log "FAILED steps: ${failed[*]} (logs: $WALRELAY_TEST_DIR)"

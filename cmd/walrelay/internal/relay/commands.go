@@ -58,9 +58,12 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run", "doctor":
-		cfg, err := Load(rest, getenv, stderr)
+		cfg, err := loadCommand(cmd, rest, getenv, stdout)
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
+		}
+		if isFlagsError(err) {
+			return badFlags(stderr, cmd, err)
 		}
 		log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 		if err != nil {
@@ -84,18 +87,27 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return ExitOK
 	case "migrate", "status":
 		fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprint(fs.Output(), commandUsage[cmd])
+			fs.PrintDefaults()
+		}
 		dsn := fs.String("postgres-dsn", getenv("WALRELAY_POSTGRES_DSN"), "Postgres connection (env WALRELAY_POSTGRES_DSN)")
 		dsnFile := fs.String("postgres-dsn-file", getenv("WALRELAY_POSTGRES_DSN_FILE"), "file holding the Postgres DSN (env WALRELAY_POSTGRES_DSN_FILE)")
 		table := fs.String("table", envOr(getenv, "WALRELAY_TABLE", "public.outbox"), "outbox table, schema.name (env WALRELAY_TABLE)")
 		slot := fs.String("slot", envOr(getenv, "WALRELAY_SLOT", "walrelay"), "replication slot (env WALRELAY_SLOT)")
-		partitioned := fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
-			"migrate: create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
-		if err := fs.Parse(rest); err != nil {
+		var partitioned *bool
+		if cmd == "migrate" {
+			partitioned = fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
+				"create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
+		}
+		if err := parseFlags(fs, rest, stdout); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return ExitOK
 			}
-			return ExitConfig
+			return badFlags(stderr, cmd, err)
+		}
+		if fs.NArg() > 0 {
+			return badFlags(stderr, cmd, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 		}
 		log := newLogger(stderr, "info", "json")
 		if err := readSecretFile("postgres-dsn", *dsnFile, dsn); err != nil {
@@ -130,6 +142,72 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	return ExitConfig
+}
+
+// commandUsage is what `walrelay <command> -h` prints above the flags.
+var commandUsage = map[string]string{
+	"run": `Usage: walrelay run [flags]
+
+Streams outbox inserts from Postgres logical replication to Kafka (the service).
+
+Flags (each also as WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or a key in the --config file):
+`,
+	"doctor": `Usage: walrelay doctor [flags]
+
+Checks the Postgres and Kafka prerequisites of 'walrelay run' with the same
+settings, without changing anything, and prints one line per check with the fix.
+Exit codes: 0 all checks pass, 1 a check failed, 2 invalid usage.
+
+Flags (each also as WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or a key in the --config file):
+`,
+	"migrate": `Usage: walrelay migrate [flags]
+
+Creates the outbox table and the walrelay.emit function (idempotent).
+
+Flags:
+`,
+	"status": `Usage: walrelay status [flags]
+
+Shows the replication slot's position, lag and retained WAL.
+
+Flags:
+`,
+}
+
+// parseFlags parses args into fs without printing anything on an error (the
+// caller reports it once, see badFlags); -h prints fs.Usage to help and
+// returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
+	usage := fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(help)
+		if usage != nil {
+			usage()
+		} else {
+			fs.PrintDefaults()
+		}
+	}
+	return err
+}
+
+// isFlagsError reports whether err is a command-line error of parseFlags.
+func isFlagsError(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce) && ce.Key == "flags"
+}
+
+// badFlags prints a command-line error once, then where to find the flags.
+func badFlags(stderr io.Writer, cmd string, err error) int {
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Key == "flags" {
+		err = ce.Err
+	}
+	fmt.Fprintf(stderr, "walrelay %s: %v\nrun 'walrelay %s -h' for the flags\n", cmd, err, cmd)
 	return ExitConfig
 }
 

@@ -41,6 +41,52 @@ func TestMainUsageAndExitCodes(t *testing.T) {
 	}
 }
 
+// TestSubcommandHelpAndBadFlags: `walrelay <cmd> -h` prints that command's
+// usage on stdout and exits 0; a bad flag prints its error once and a
+// one-line hint, not the usage.
+func TestSubcommandHelpAndBadFlags(t *testing.T) {
+	tests := []struct {
+		cmd  string
+		flag string // a flag only this command's usage lists
+	}{
+		{"run", "-max-buffered-bytes"},
+		{"doctor", "-kafka-brokers"},
+		{"migrate", "-partitioned"},
+		{"status", "-slot"},
+		{"prune", "-older-than"},
+		{"cutover", "-from-slot"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.cmd, func(t *testing.T) {
+			for _, h := range []string{"-h", "--help"} {
+				var out, errOut bytes.Buffer
+				code := Main(context.Background(), []string{tc.cmd, h}, envMap(nil), &out, &errOut)
+				if code != ExitOK || errOut.Len() != 0 {
+					t.Fatalf("%s %s: exit %d, stderr %q; want 0 and nothing on stderr", tc.cmd, h, code, errOut.String())
+				}
+				usage := out.String()
+				listed := strings.Contains(usage, "\n  "+tc.flag+" ") || strings.Contains(usage, "\n  "+tc.flag+"\n")
+				if !strings.HasPrefix(usage, "Usage: walrelay "+tc.cmd+" ") || !listed {
+					t.Fatalf("%s %s: stdout is not this command's usage listing %s:\n%s", tc.cmd, h, tc.flag, usage)
+				}
+			}
+			for _, bad := range [][]string{{"--no-such-flag"}, {"stray-argument"}} {
+				var out, errOut bytes.Buffer
+				code := Main(context.Background(), append([]string{tc.cmd}, bad...), envMap(nil), &out, &errOut)
+				if code != ExitConfig {
+					t.Fatalf("%s %v: exit %d, want %d", tc.cmd, bad, code, ExitConfig)
+				}
+				want := "run 'walrelay " + tc.cmd + " -h' for the flags\n"
+				lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+				if out.Len() != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "walrelay "+tc.cmd+": ") ||
+					!strings.Contains(lines[0], strings.TrimLeft(bad[0], "-")) || lines[1]+"\n" != want {
+					t.Fatalf("%s %v: want one error line naming %q and the hint %q; stdout %q stderr:\n%s", tc.cmd, bad, bad[0], want, out.String(), errOut.String())
+				}
+			}
+		})
+	}
+}
+
 func TestDoctorAndStatus(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	pg := newPG(t, dsn)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -151,6 +152,78 @@ func (v intVal) Set(s string) error {
 	return nil
 }
 
+// sizeVal is a byte size: plain bytes (67108864) or a number with a unit,
+// KiB/MiB/GiB (powers of 1024) or KB/MB/GB (powers of 1000); B is bytes.
+// Flags, env and YAML all parse through it, and String prints the form the
+// README shows (64MiB).
+type sizeVal struct{ p *int }
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	// Longest suffixes first, so "MiB" is not read as "B".
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+	{"B", 1},
+}
+
+func (v sizeVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return formatSize(int64(*v.p))
+}
+
+func (v sizeVal) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v.p = int(n)
+	return nil
+}
+
+// formatSize prints n with the largest binary unit that divides it exactly.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// parseSize reads a non-negative byte size such as 64MiB, 512KiB, 1MB or
+// 67108864; a result that does not fit in an int is an error.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%q is too large", s)
+		}
+		return 0, fmt.Errorf("%q is not a size (bytes, or a whole number with KiB, MiB, GiB, KB, MB or GB, e.g. 64MiB)", s)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	if n > int64(math.MaxInt)/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
+}
+
 type boolVal struct{ p *bool }
 
 func (v boolVal) String() string {
@@ -279,8 +352,8 @@ func (c *Config) settings() []setting {
 		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
 		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", stringVal{&c.Compression}},
 		{"linger", "how long a partition waits to fill a batch", durVal{&c.Linger}},
-		{"batch-max-bytes", "largest record batch in bytes", intVal{&c.BatchMaxBytes}},
-		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks", intVal{&c.MaxBufferedBytes}},
+		{"batch-max-bytes", "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", sizeVal{&c.BatchMaxBytes}},
+		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", sizeVal{&c.MaxBufferedBytes}},
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
 		{"log-format", "json or text", stringVal{&c.LogFormat}},
 		{"pprof", "serve Go profiles under /debug/pprof/ on the metrics address", boolVal{&c.PProf}},
@@ -363,18 +436,28 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Load builds the configuration for `walrelay run` from args (flags, without
 // the subcommand), the environment (getenv) and the YAML file named by
-// --config or WALRELAY_CONFIG. It validates the result.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// --config or WALRELAY_CONFIG. It validates the result. -h prints the usage
+// to help and returns flag.ErrHelp.
+func Load(args []string, getenv func(string) string, help io.Writer) (Config, error) {
+	return loadCommand("run", args, getenv, help)
+}
+
+// loadCommand is Load for cmd (run or doctor, which share the settings);
+// cmd names the usage -h prints.
+func loadCommand(cmd string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := Defaults()
-	fs := flag.NewFlagSet("walrelay run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), commandUsage[cmd])
+		fs.PrintDefaults()
+	}
 	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
 	// Flags are parsed into a scratch Config first, then applied last.
 	scratch := Defaults()
 	for _, s := range scratch.settings() {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
 		}

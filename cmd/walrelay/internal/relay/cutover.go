@@ -155,9 +155,12 @@ Flags:
 
 func cutoverCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, "info", "json")
-	cfg, err := loadCutoverConfig(args, getenv, stderr)
+	cfg, err := loadCutoverConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
+	}
+	if isFlagsError(err) {
+		return badFlags(stderr, "cutover", err)
 	}
 	if err != nil {
 		log.Error("invalid configuration", "error", err.Error())
@@ -182,7 +185,7 @@ func cutoverCommand(ctx context.Context, args []string, getenv func(string) stri
 
 // loadCutoverConfig reads the cutover flags over the WALRELAY_* environment
 // over the defaults, and validates the result.
-func loadCutoverConfig(args []string, getenv func(string) string, stderr io.Writer) (CutoverConfig, error) {
+func loadCutoverConfig(args []string, getenv func(string) string, help io.Writer) (CutoverConfig, error) {
 	cfg := DefaultCutoverConfig()
 	for _, s := range cfg.settings() {
 		if v, ok := lookupEnv(getenv, s.env()); ok {
@@ -192,7 +195,6 @@ func loadCutoverConfig(args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	fs := flag.NewFlagSet("walrelay cutover", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), cutoverUsage)
 		fs.PrintDefaults()
@@ -200,7 +202,7 @@ func loadCutoverConfig(args []string, getenv func(string) string, stderr io.Writ
 	for _, s := range cfg.settings() {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return CutoverConfig{}, err
 		}

@@ -167,9 +167,12 @@ Flags (each also as WALRELAY_<FLAG>, e.g. WALRELAY_OLDER_THAN):
 // pruneCommand implements `walrelay prune`.
 func pruneCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, "info", "json")
-	cfg, err := loadPruneConfig(args, getenv, stderr)
+	cfg, err := loadPruneConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
+	}
+	if isFlagsError(err) {
+		return badFlags(stderr, "prune", err)
 	}
 	if err != nil {
 		log.Error("invalid configuration", "error", err.Error())
@@ -192,7 +195,7 @@ func pruneCommand(ctx context.Context, args []string, getenv func(string) string
 
 // loadPruneConfig reads the prune flags over the WALRELAY_* environment over
 // the defaults, and validates the result.
-func loadPruneConfig(args []string, getenv func(string) string, stderr io.Writer) (PruneConfig, error) {
+func loadPruneConfig(args []string, getenv func(string) string, help io.Writer) (PruneConfig, error) {
 	cfg := DefaultPruneConfig()
 	for _, s := range cfg.settings() {
 		if v, ok := lookupEnv(getenv, s.env()); ok {
@@ -202,7 +205,6 @@ func loadPruneConfig(args []string, getenv func(string) string, stderr io.Writer
 		}
 	}
 	fs := flag.NewFlagSet("walrelay prune", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), pruneUsage)
 		fs.PrintDefaults()
@@ -210,14 +212,14 @@ func loadPruneConfig(args []string, getenv func(string) string, stderr io.Writer
 	for _, s := range cfg.settings() {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return PruneConfig{}, err
 		}
-		return PruneConfig{}, fmt.Errorf("invalid command line: %w (see walrelay prune -h)", err)
+		return PruneConfig{}, &ConfigError{Key: "flags", Err: err}
 	}
 	if fs.NArg() > 0 {
-		return PruneConfig{}, fmt.Errorf("invalid command line: unexpected argument %q (see walrelay prune -h)", fs.Arg(0))
+		return PruneConfig{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if err := readSecretFile("postgres-dsn", cfg.PostgresDSNFile, &cfg.PostgresDSN); err != nil {
 		return PruneConfig{}, err

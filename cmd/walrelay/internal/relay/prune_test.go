@@ -105,6 +105,9 @@ func TestPruneUsage(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := prune(c.env, c.args...)
+			if c.name == "help" { // -h prints the usage on stdout, nothing on stderr
+				stdout, stderr = stderr, stdout
+			}
 			if code != c.code {
 				t.Errorf("exit %d, want %d\nstderr: %s", code, c.code, stderr)
 			}
