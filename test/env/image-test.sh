@@ -77,7 +77,7 @@ check "binary mode" "$(stat -c '%a %u' "$mnt/walrelay")" "755 0"
 
 # The binary copied out of the image.
 cp "$mnt/walrelay" "$work/walrelay"
-check "copied-out binary: version" "$("$work/walrelay" version)" "walrelay $label_version"
+check "copied-out binary: version" "$("$work/walrelay" version | awk '{print $1, $2}')" "walrelay $label_version"
 
 # The image's own entrypoint and cmd, run inside its root filesystem (nothing else there: a
 # dynamically linked binary would not start) as the image's user, with an empty environment.
@@ -85,7 +85,7 @@ mapfile -t entry < <(fmt '{{range .OCIv1.Config.Entrypoint}}{{println .}}{{end}}
 mapfile -t cmd < <(fmt '{{range .OCIv1.Config.Cmd}}{{println .}}{{end}}')
 user="$(fmt '{{.OCIv1.Config.User}}')"
 chroot="$(command -v chroot)" || die "chroot is missing (coreutils)"
-check "in-image version" "$(env -i "$chroot" --userspec="$user" "$mnt" "${entry[@]}" version)" "walrelay $label_version"
+check "in-image version" "$(env -i "$chroot" --userspec="$user" "$mnt" "${entry[@]}" version | awk '{print $1, $2}')" "walrelay $label_version"
 set +e
 out="$(env -i "$chroot" --userspec="$user" "$mnt" "${entry[@]}" "${cmd[@]}" 2>&1)"
 rc=$?
