@@ -598,7 +598,7 @@ func faultVerify(t *testing.T, s *scenario, fw *faultWriter) *result {
 	start := time.Now()
 	recs := map[string][]*kgo.Record{}
 	for _, topic := range slices.Sorted(maps.Keys(topicSet)) {
-		for k, v := range consumeAll(t, s.env.kafka, topic, []string{topic}) {
+		for k, v := range consumeAllIsolation(t, s.env.kafka, topic, []string{topic}, s.readCommitted) {
 			if k == topic {
 				recs[k] = v
 			}

@@ -380,6 +380,9 @@ type scenario struct {
 	table  string // public.<name>
 	logDir string
 	runs   int
+	// readCommitted makes the fault verifier read as a read_committed
+	// consumer (exactly-once scenarios).
+	readCommitted bool
 }
 
 // newScenario removes leftovers of earlier runs of the same scenario, creates the outbox

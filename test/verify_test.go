@@ -70,6 +70,13 @@ func readOutbox(t *testing.T, dsn, table string) map[string]outboxRow {
 // end offsets as of the call. It waits (bounded) for the expected topics to exist.
 func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map[string][]*kgo.Record {
 	t.Helper()
+	return consumeAllIsolation(t, brokers, prefix, expectTopics, false)
+}
+
+// consumeAllIsolation is consumeAll; readCommitted reads as a read_committed
+// consumer would (aborted records hidden), up to the last stable offsets.
+func consumeAllIsolation(t *testing.T, brokers, prefix string, expectTopics []string, readCommitted bool) map[string][]*kgo.Record {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
@@ -89,7 +96,11 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 
 	adm := newKafkaClient(t, brokers)
 	defer adm.Close()
-	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
+	list := kadm.NewClient(adm).ListEndOffsets
+	if readCommitted {
+		list = kadm.NewClient(adm).ListCommittedOffsets
+	}
+	ends, err := list(ctx, topics...)
 	if err != nil {
 		t.Fatalf("list end offsets %v: %v", topics, err)
 	}
@@ -107,12 +118,19 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 		}
 	})
 
-	cl := newKafkaClient(t, brokers,
+	opts := []kgo.Opt{
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.WithDecompressor(newTestDecompressor()),
-	)
+	}
+	if readCommitted {
+		// Control records (commit/abort markers) are kept so that the
+		// consumer sees the end of a partition that ends with one; they are
+		// not delivered records.
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	}
+	cl := newKafkaClient(t, brokers, opts...)
 	defer cl.Close()
 
 	out := map[string][]*kgo.Record{}
@@ -154,6 +172,9 @@ func consumeAll(t *testing.T, brokers, prefix string, expectTopics []string) map
 			k := tp{r.Topic, r.Partition}
 			if r.Offset >= next[k] {
 				next[k] = r.Offset + 1
+			}
+			if r.Attrs.IsControl() {
+				return
 			}
 			out[r.Topic] = append(out[r.Topic], r)
 		})

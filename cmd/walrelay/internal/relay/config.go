@@ -91,6 +91,15 @@ type Config struct {
 	SlotMetricsInterval  time.Duration
 	StandbyRetryInterval time.Duration
 	SlotFailover         bool
+
+	// Delivery is at-least-once (default) or exactly-once (see eos.go and
+	// docs/exactly-once.md); the other keys apply to exactly-once only.
+	Delivery                    string
+	TransactionalID             string
+	CheckpointTopic             string
+	CheckpointReplicationFactor int
+	TxnCommitInterval           time.Duration
+	TxnMaxRecords               int
 }
 
 // setting binds one configuration key to its flag, env var and YAML key.
@@ -312,6 +321,11 @@ func Defaults() Config {
 		LogFormat:              "json",
 		SlotMetricsInterval:    5 * time.Second,
 		StandbyRetryInterval:   time.Second,
+
+		Delivery:                    DeliveryAtLeastOnce,
+		CheckpointTopic:             sink.DefaultCheckpointTopic,
+		CheckpointReplicationFactor: -1,
+		TxnCommitInterval:           100 * time.Millisecond,
 	}
 }
 
@@ -373,6 +387,12 @@ func (c *Config) settings() []setting {
 		{"slot-metrics-interval", "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", durVal{&c.SlotMetricsInterval}},
 		{"standby-retry-interval", "fixed wait between tries of a slot another process holds (standby)", durVal{&c.StandbyRetryInterval}},
 		{"slot-failover", "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", boolVal{&c.SlotFailover}},
+		{"delivery", "at-least-once or exactly-once (Kafka transactions; consumers must read with isolation.level=read_committed)", stringVal{&c.Delivery}},
+		{"transactional-id", "exactly-once: Kafka transactional.id (default walrelay-<slot>; every instance of a slot must use the same)", stringVal{&c.TransactionalID}},
+		{"checkpoint-topic", "exactly-once: compacted topic of the committed checkpoints (created if missing)", stringVal{&c.CheckpointTopic}},
+		{"checkpoint-replication-factor", "exactly-once: replication factor of a created checkpoint topic (-1: broker default)", intVal{&c.CheckpointReplicationFactor}},
+		{"txn-commit-interval", "exactly-once: how long a Kafka transaction stays open before it is committed at the next Postgres transaction end", durVal{&c.TxnCommitInterval}},
+		{"txn-max-records", "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: half of --max-in-flight)", intVal{&c.TxnMaxRecords}},
 	}
 }
 
@@ -635,6 +655,9 @@ func (c Config) Validate() error {
 	}
 	if c.StandbyRetryInterval <= 0 {
 		return bad("standby-retry-interval", "must be positive")
+	}
+	if err := c.validateDelivery(); err != nil {
+		return err
 	}
 	if err := c.replicationConfig().Validate(); err != nil {
 		// replication errors start with the key: "slot: ...".

@@ -77,6 +77,9 @@ type pipeline struct {
 	// of an earlier session may fail after a reconnect); fail cancels it.
 	failed context.Context
 	fail   context.CancelCauseFunc
+
+	eos      *txnProducer // exactly-once mode (nil: at-least-once)
+	skipping bool         // the open transaction is covered by the checkpoint
 }
 
 func (p *pipeline) failure() error {
@@ -94,6 +97,10 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 	defer abort(nil)
 	stop := context.AfterFunc(p.failed, func() { abort(context.Cause(p.failed)) })
 	defer stop()
+	var eosDue <-chan time.Time // nil (never ready) unless exactly-once
+	if p.eos != nil {
+		eosDue = p.eos.due()
+	}
 	for {
 		if ctx.Err() != nil {
 			return p.failure()
@@ -111,6 +118,10 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 					return p.failure()
 				}
+				return err
+			}
+		case <-eosDue:
+			if err := p.eosDue(ctx); err != nil {
 				return err
 			}
 		}
@@ -145,12 +156,23 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 	}
 	switch out.Kind {
 	case decoder.KindBegin:
+		if p.eos != nil {
+			p.eosBegin(out.CommitLSN)
+		}
 		return p.tr.Begin(ctx)
 	case decoder.KindEvent:
+		if p.skipping {
+			p.eos.skipped++
+			return nil
+		}
 		return p.produce(ctx, &out.Event)
 	case decoder.KindCommit:
 		p.m.transactions.Inc()
-		return p.tr.Commit(out.EndLSN)
+		if err := p.tr.Commit(out.EndLSN); err != nil || p.eos == nil {
+			return err
+		}
+		p.skipping = false
+		return p.eos.boundary(ctx, out.EndLSN)
 	case decoder.KindHeartbeat:
 		p.m.heartbeatLast.SetToCurrentTime()
 		if ns, err := strconv.ParseInt(string(out.Content), 10, 64); err == nil {
@@ -163,6 +185,11 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 }
 
 func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
+	if p.eos != nil {
+		if err := p.eos.reserve(); err != nil {
+			return err
+		}
+	}
 	// Track first: whatever happens to the event, the watermark waits for it.
 	ack, err := p.tr.Add(ctx)
 	if err != nil {

@@ -72,8 +72,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, cfg.Slot)
 
-	snk, err := sink.New(cfg.sinkConfig(), sink.WithLogger(log), kafkaMetrics(reg),
-		sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }))
+	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() })}
+	if cfg.Delivery == DeliveryExactlyOnce {
+		sopts = append(sopts, sink.WithTransactionalID(transactionalID(cfg)))
+	}
+	snk, err := sink.New(cfg.sinkConfig(), sopts...)
 	if err != nil {
 		var se *sink.SettingError // a TLS or secret file that cannot be read
 		if errors.As(err, &se) {
@@ -146,6 +149,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
 		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log),
 		cur: cur, system: conn.System, confirmed: conn.Start}
+	if cfg.Delivery == DeliveryExactlyOnce {
+		r.eos = newTxnProducer(cfg, snk, produceCtx, log)
+	}
 	backoff := backoffMin
 	for {
 		start := time.Now()
@@ -218,6 +224,7 @@ type runner struct {
 	cur           *trackerRef          // r.tr, for the gauges
 	system        replication.Identity // WAL history r.tr's positions belong to
 	confirmed     pglogrepl.LSN        // last position reported to the slot (Run goroutine only)
+	eos           *txnProducer         // exactly-once mode (nil: at-least-once)
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -232,6 +239,18 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		_ = conn.Close(context.Background())
 		return err
 	}
+	failed, fail := r.failed, r.fail
+	var prod producer = r.sink
+	if r.eos != nil {
+		if err := r.eos.startSession(ctx, r, conn); err != nil {
+			_ = conn.Close(context.Background())
+			return err
+		}
+		// A failed Kafka transaction ends this session only.
+		failed, fail = context.WithCancelCause(context.Background())
+		defer fail(nil)
+		prod = r.eos
+	}
 	var stopped atomic.Bool
 	st := conn.NewStream(position{tr: r.tr, sink: r.sink, stopped: &stopped},
 		replication.WithLogger(r.log), replication.WithOnStart(func() {
@@ -239,8 +258,8 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 			r.m.ready.Set(1)
 			r.sb.streaming()
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, sink: r.sink, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
-		walEnd: r.walEnd, failed: r.failed, fail: r.fail}
+	p := &pipeline{dec: dec, tr: r.tr, sink: prod, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
+		walEnd: r.walEnd, failed: failed, fail: fail, eos: r.eos}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		err := st.Run(gctx)
@@ -262,6 +281,9 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	})
 	err = g.Wait()
 	r.confirmed = max(r.confirmed, st.Confirmed())
+	if r.eos != nil {
+		err = r.eos.endSession(err)
+	}
 	return err
 }
 

@@ -12,6 +12,11 @@ import (
 // nor does anything unknown: walrelay then stops with the error instead of
 // reconnecting forever.
 func reconnectable(err error) bool {
+	var re *eosRestartError
+	var fe *FencedError
+	if errors.As(err, &re) && !errors.As(err, &fe) {
+		return true // exactly-once: the aborted transaction is read again
+	}
 	var de *deliveryError
 	if errors.As(err, &de) {
 		return false

@@ -1,0 +1,364 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Delivery modes (--delivery).
+const (
+	DeliveryAtLeastOnce = "at-least-once"
+	DeliveryExactlyOnce = "exactly-once"
+)
+
+// FencedError stops a relay whose transactional producer another instance
+// fenced: that instance owns the slot now.
+type FencedError struct{ Err error }
+
+func (e *FencedError) Error() string {
+	return "exactly-once: this walrelay was fenced by another instance with the same transactional id (it took over the slot); stopping: " + e.Err.Error()
+}
+func (e *FencedError) Unwrap() error { return e.Err }
+
+// eosRestartError ends a session in exactly-once mode after the Kafka
+// transaction was aborted (a record failed, or the commit did): the relay
+// reconnects and restarts from the slot and the last committed checkpoint.
+type eosRestartError struct{ err error }
+
+func (e *eosRestartError) Error() string {
+	return "exactly-once: kafka transaction aborted, restarting from the last checkpoint: " + e.err.Error()
+}
+func (e *eosRestartError) Unwrap() error { return e.err }
+
+// eosSink is the sink calls the exactly-once producer makes.
+type eosSink interface {
+	producer
+	Flush(ctx context.Context) error
+	InitProducer(ctx context.Context) error
+	BeginTxn() error
+	EndTxn(ctx context.Context, commit bool) error
+	EnsureCheckpointTopic(ctx context.Context, topic string, rf int16) error
+	ReadCheckpoint(ctx context.Context, topic, key string) (pglogrepl.LSN, bool, error)
+}
+
+// txnBatch is one Kafka transaction: the done callbacks of its acknowledged
+// records run only once it committed, so the tracker's watermark moves only
+// then.
+type txnBatch struct {
+	mu      sync.Mutex
+	pending []func(error)
+}
+
+// txnProducer is the pipeline's producer in exactly-once mode. Send, commit
+// and the session hooks run on the pipeline's goroutine (or between
+// sessions); record callbacks run on franz-go's.
+type txnProducer struct {
+	sink        eosSink
+	log         *slog.Logger
+	topic       string // checkpoint topic
+	rf          int16
+	slot        string
+	interval    time.Duration
+	maxRecords  int
+	maxInFlight int
+	produceCtx  context.Context
+	timeout     time.Duration // bounds ending a transaction
+
+	key        string        // checkpoint key of the current WAL history
+	checkpoint pglogrepl.LSN // last committed checkpoint read at session start
+	created    bool          // checkpoint topic ensured
+
+	batch   *txnBatch // open Kafka transaction, nil if none
+	records int       // records in batch
+	units   int       // tracker units batch holds (transactions + records)
+	lastEnd pglogrepl.LSN
+	timer   *time.Timer
+	skipped int  // events skipped this session (covered by the checkpoint)
+	overdue bool // the interval passed inside a Postgres transaction
+}
+
+func newTxnProducer(cfg Config, s eosSink, produceCtx context.Context, log *slog.Logger) *txnProducer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	max := cfg.TxnMaxRecords
+	if max <= 0 {
+		max = cfg.MaxInFlight / 2
+	}
+	return &txnProducer{sink: s, log: log, topic: cfg.CheckpointTopic, rf: int16(cfg.CheckpointReplicationFactor),
+		slot: cfg.Slot, interval: cfg.TxnCommitInterval, maxRecords: max, maxInFlight: cfg.MaxInFlight,
+		produceCtx: produceCtx, timeout: cfg.KafkaTimeout, timer: t}
+}
+
+// transactionalID is the transactional.id: configured, or derived from the
+// slot so that every instance serving the slot fences the others.
+func transactionalID(cfg Config) string {
+	if cfg.TransactionalID != "" {
+		return cfg.TransactionalID
+	}
+	return "walrelay-" + cfg.Slot
+}
+
+// startSession fences any older producer of the transactional id (finishing
+// its transaction), then reads the last committed checkpoint of the slot.
+// The tracker restarts at the slot's position: anything an aborted
+// transaction acknowledged is read again from the slot.
+func (t *txnProducer) startSession(ctx context.Context, r *runner, conn *replication.Conn) error {
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.cfg.MaxInFlight}, conn.Start)
+	if err != nil {
+		return err
+	}
+	r.tr = tr
+	r.cur.Store(tr)
+	t.key = sink.CheckpointKey(conn.System.SystemID, t.slot)
+	t.skipped = 0
+	kctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	if err := t.sink.InitProducer(kctx); err != nil {
+		if sink.IsFenced(err) {
+			return &FencedError{err}
+		}
+		return &eosRestartError{err}
+	}
+	if !t.created {
+		if err := t.sink.EnsureCheckpointTopic(kctx, t.topic, t.rf); err != nil {
+			return &eosRestartError{err}
+		}
+		t.created = true
+	}
+	lsn, ok, err := t.sink.ReadCheckpoint(kctx, t.topic, t.key)
+	if err != nil {
+		return &eosRestartError{err}
+	}
+	t.checkpoint = 0
+	if ok {
+		t.checkpoint = lsn
+	}
+	t.log.Info("exactly-once: last committed checkpoint", "slot", t.slot, "topic", t.topic, "key", t.key,
+		"lsn", t.checkpoint.String(), "found", ok, "slot_lsn", conn.Start.String())
+	return nil
+}
+
+// skip reports whether the transaction whose commit record is at commitLSN
+// is covered by the checkpoint (its end LSN is at or below it: a
+// transaction's commit record starts before its end, and a later
+// transaction's commit record starts at or after that end).
+func (t *txnProducer) skip(commitLSN pglogrepl.LSN) bool {
+	return commitLSN < t.checkpoint
+}
+
+// begun counts the tracker unit of a transaction read while a Kafka
+// transaction is open.
+func (t *txnProducer) begun() {
+	if t.batch != nil {
+		t.units++
+	}
+}
+
+// reserve checks that one more record fits in the tracker while the open
+// transaction waits for its commit: acknowledgements return units only at
+// commit, so a Postgres transaction larger than the cap cannot be delivered.
+func (t *txnProducer) reserve() error {
+	if t.units+2 >= t.maxInFlight {
+		return fmt.Errorf("exactly-once: a Postgres transaction has more events than --max-in-flight (%d) allows in one Kafka transaction; raise --max-in-flight", t.maxInFlight)
+	}
+	return nil
+}
+
+// Prepare, PrepareDeadLetter and Topic are the sink's.
+func (t *txnProducer) Prepare(ctx context.Context, ev *decoder.Event) (sink.Record, error) {
+	return t.sink.Prepare(ctx, ev)
+}
+
+func (t *txnProducer) PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error) (sink.Record, error) {
+	return t.sink.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+}
+
+func (t *txnProducer) Topic(ev *decoder.Event) (string, error) { return t.sink.Topic(ev) }
+
+// Send produces r in the open Kafka transaction, beginning one if none is
+// open. done runs with nil only after that transaction committed.
+func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error)) {
+	if t.batch == nil {
+		if err := t.sink.BeginTxn(); err != nil {
+			done(&eosRestartError{err})
+			return
+		}
+		t.batch = &txnBatch{}
+		t.records, t.units = 0, 1 // the open Postgres transaction
+		t.timer.Reset(t.interval)
+	}
+	t.records++
+	t.units++
+	b := t.batch
+	t.sink.Send(ctx, r, func(err error) {
+		if err != nil {
+			done(t.wrap(err))
+			return
+		}
+		b.mu.Lock()
+		b.pending = append(b.pending, done)
+		b.mu.Unlock()
+	})
+}
+
+func (t *txnProducer) wrap(err error) error {
+	if sink.IsFenced(err) {
+		return &FencedError{err}
+	}
+	return &eosRestartError{err}
+}
+
+// due fires when the open Kafka transaction reached the commit interval.
+func (t *txnProducer) due() <-chan time.Time { return t.timer.C }
+
+// boundary is called after each Postgres transaction (end: its end LSN):
+// the open Kafka transaction is committed when it is old or large enough.
+func (t *txnProducer) boundary(ctx context.Context, end pglogrepl.LSN) error {
+	t.lastEnd = end
+	if t.batch == nil {
+		return nil
+	}
+	if t.overdue || t.records >= t.maxRecords || t.units >= t.maxInFlight/2 {
+		return t.commit(ctx)
+	}
+	return nil
+}
+
+// commit produces the checkpoint (the end LSN of the last Postgres
+// transaction in the batch), flushes and commits the Kafka transaction, then
+// acknowledges its records to the tracker. Call it at a Postgres transaction
+// boundary only.
+func (t *txnProducer) commit(ctx context.Context) error {
+	t.timer.Stop()
+	t.overdue = false
+	b := t.batch
+	if b == nil {
+		return nil
+	}
+	var cpErr error
+	var cpMu sync.Mutex
+	t.sink.Send(t.produceCtx, sink.CheckpointRecord(t.topic, t.key, t.lastEnd), func(err error) {
+		cpMu.Lock()
+		cpErr = err
+		cpMu.Unlock()
+	})
+	if err := t.sink.Flush(ctx); err != nil {
+		return err // shutting down: the session's end aborts the transaction
+	}
+	cpMu.Lock()
+	err := cpErr
+	cpMu.Unlock()
+	if err != nil {
+		return t.wrap(err)
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
+	defer cancel()
+	if err := t.sink.EndTxn(ectx, true); err != nil {
+		// Not committed, or the outcome is unknown: the session's end
+		// aborts, and the next session reads the checkpoint that is.
+		return t.wrap(fmt.Errorf("commit: %w", err))
+	}
+	t.batch = nil
+	t.records, t.units = 0, 0
+	b.mu.Lock()
+	pending := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	for _, done := range pending {
+		done(nil)
+	}
+	return nil
+}
+
+// endSession aborts a Kafka transaction left open by the session (its
+// records are read again from the slot). An abort that fails leaves the
+// producer unusable: walrelay stops.
+func (t *txnProducer) endSession(err error) error {
+	t.timer.Stop()
+	t.overdue = false
+	if t.skipped > 0 {
+		t.log.Info("exactly-once: skipped events already committed to kafka", "slot", t.slot, "events", t.skipped, "lsn", t.checkpoint.String())
+	}
+	if t.batch == nil {
+		return err
+	}
+	t.batch = nil
+	t.records, t.units = 0, 0
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	var aerr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if aerr = t.sink.EndTxn(ctx, false); aerr == nil {
+			break
+		}
+		if sink.IsFenced(aerr) {
+			return &FencedError{aerr}
+		}
+	}
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		return err
+	}
+	if aerr != nil {
+		return fmt.Errorf("exactly-once: cannot abort the kafka transaction (restart walrelay): %w", aerr)
+	}
+	if err != nil {
+		t.log.Warn("exactly-once: kafka transaction aborted", "slot", t.slot, "error", err.Error())
+	}
+	return err
+}
+
+// eosBegin is the pipeline's hook for a transaction's begin.
+func (p *pipeline) eosBegin(commitLSN pglogrepl.LSN) {
+	p.skipping = p.eos.skip(commitLSN)
+	p.eos.begun()
+}
+
+// eosDue commits the open Kafka transaction when the commit interval passed
+// and the stream is between Postgres transactions; otherwise the commit
+// waits for the next transaction's end.
+func (p *pipeline) eosDue(ctx context.Context) error {
+	if p.dec.InTxn() {
+		p.eos.overdue = true // committed at this transaction's end
+		return nil
+	}
+	return p.eos.commit(ctx)
+}
+
+// validateDelivery checks --delivery and the exactly-once settings.
+func (c Config) validateDelivery() error {
+	bad := func(key string, format string, a ...any) error {
+		return &ConfigError{Key: key, Err: fmt.Errorf(format, a...)}
+	}
+	switch c.Delivery {
+	case DeliveryAtLeastOnce:
+		return nil
+	case DeliveryExactlyOnce:
+	default:
+		return bad("delivery", "must be at-least-once or exactly-once, got %q", c.Delivery)
+	}
+	if err := sink.ValidateTopic(c.CheckpointTopic); err != nil {
+		return bad("checkpoint-topic", "%v", err)
+	}
+	if c.CheckpointReplicationFactor == 0 || c.CheckpointReplicationFactor < -1 || c.CheckpointReplicationFactor > 32767 {
+		return bad("checkpoint-replication-factor", "must be -1 (broker default) or positive, got %d", c.CheckpointReplicationFactor)
+	}
+	if c.TxnCommitInterval <= 0 {
+		return bad("txn-commit-interval", "must be positive")
+	}
+	if c.TxnMaxRecords < 0 || c.TxnMaxRecords >= c.MaxInFlight {
+		return bad("txn-max-records", "must be 0 (half of max-in-flight) or below max-in-flight (%d), got %d", c.MaxInFlight, c.TxnMaxRecords)
+	}
+	return nil
+}

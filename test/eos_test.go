@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// eosKill9 runs the kill -9 scenario (as TestFaultKill9) with the given
+// delivery mode and kills, and verifies with a read_committed consumer.
+func eosKill9(t *testing.T, delivery string, kills int) *result {
+	env := requireEnv(t)
+	rng := testRand(t)
+	s := newScenario(t, env, "eoskill")
+	s.readCommitted = true
+	args := s.runArgs("--status-interval", "100ms", "--delivery", delivery)
+	p := faultStartReady(s, args)
+
+	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
+	stop := fw.runSteady(faultSteady(t))
+	for i := 1; i <= kills; i++ {
+		time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond))))
+		up := time.Since(p.started).Round(10 * time.Millisecond)
+		p.kill9()
+		if i%5 == 0 || i == kills {
+			_, _, events, _ := fw.stats()
+			t.Logf("kill -9 #%d after %s (workload: %d committed events, slot at %s)", i, up, events, slotLSN(t, env.pgDSN, s.name))
+		}
+		if rng.IntN(4) == 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+		}
+		p = faultStart(s, args)
+	}
+	p.waitReady(60 * time.Second)
+	return faultFinish(t, s, fw, stop, p, "eos_kill9_"+delivery, fmt.Sprintf("kills=%d", kills))
+}
+
+// TestExactlyOnceKill9: walrelay in exactly-once mode is killed with SIGKILL at
+// random moments while the fault workload runs (20 kills, more with
+// WALRELAY_FAULT_SCALE); a read_committed consumer sees every committed event
+// exactly once, in commit order per aggregate. The same verifier in
+// at-least-once mode (5 kills) must see duplicates: it can see them.
+func TestExactlyOnceKill9(t *testing.T) {
+	t.Run("at-least-once_sees_duplicates", func(t *testing.T) {
+		res := eosKill9(t, "at-least-once", 5)
+		if res.duplicates == 0 {
+			t.Errorf("at-least-once with 5 kills -9: the read_committed verifier saw no duplicate; it cannot prove their absence")
+		}
+	})
+	t.Run("exactly-once", func(t *testing.T) {
+		res := eosKill9(t, "exactly-once", faultCount(20))
+		if res.duplicates != 0 {
+			t.Errorf("exactly-once: duplicates=%d for a read_committed consumer, want 0", res.duplicates)
+		}
+	})
+}
+
+// TestExactlyOnceZombieFenced: a walrelay paused with SIGSTOP loses its
+// replication connection (pg_terminate_backend of its walsender) and a second
+// instance takes the slot, which fences the first's transactional producer.
+// Resumed with SIGCONT, the first exits with the fenced message; a
+// read_committed consumer sees every event exactly once.
+func TestExactlyOnceZombieFenced(t *testing.T) {
+	env := requireEnv(t)
+	rng := testRand(t)
+	s := newScenario(t, env, "eoszombie")
+	s.readCommitted = true
+	// A long commit interval keeps the zombie's Kafka transaction open when
+	// it is paused, so that it has something to commit when it resumes.
+	args := s.runArgs("--status-interval", "100ms", "--delivery", "exactly-once", "--txn-commit-interval", "2s",
+		"--standby-retry-interval", "200ms")
+	a := faultStartReady(s, args)
+	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
+	stop := fw.runSteady(faultSteady(t))
+
+	time.Sleep(2500 * time.Millisecond)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP: %v", err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	pid := faultSlotPID(t, env.pgDSN, s.name)
+	if pid == 0 {
+		t.Fatal("the paused walrelay holds no walsender")
+	}
+	pgExec(t, env.pgDSN, "select pg_terminate_backend($1)", pid)
+	t.Logf("paused walrelay %s, terminated its walsender (pid %d)", a.name, pid)
+
+	b := faultStart(s, args)
+	b.waitReady(60 * time.Second)
+	waitSlotStreaming(t, env.pgDSN, s.name, 60*time.Second, b)
+	time.Sleep(2 * time.Second) // b commits transactions of its own
+
+	resumed = true
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT: %v", err)
+	}
+	if !a.waitExit(60 * time.Second) {
+		t.Fatalf("the resumed zombie did not exit within 60s:\n%s", a.tail(30))
+	}
+	if a.exitCode() == 0 {
+		t.Errorf("zombie exited with code 0, want non-zero")
+	}
+	if !strings.Contains(a.log(), "fenced by another instance") {
+		t.Errorf("zombie's log has no fenced message:\n%s", a.tail(20))
+	}
+	t.Logf("zombie exited (%s): %s", a.exitStatus(), lastLine(a.tail(3)))
+
+	res := faultFinish(t, s, fw, stop, b, "eos_zombie")
+	if res.duplicates != 0 {
+		t.Errorf("exactly-once: duplicates=%d after a fenced zombie, want 0", res.duplicates)
+	}
+	if b.exited() {
+		t.Errorf("the instance that took over exited: %s", b.exitStatus())
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
