@@ -121,7 +121,7 @@ func consumeAllIsolation(t *testing.T, brokers, prefix string, expectTopics []st
 	opts := []kgo.Opt{
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.WithDecompressor(newTestDecompressor()),
 	}
 	if readCommitted {
