@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// fakeTxnSink acknowledges every Send at once (or fails it with sendErr) and
+// records the transaction calls.
+type fakeTxnSink struct {
+	mu        sync.Mutex
+	sendErr   error
+	commitErr error
+	abortErr  error
+	begins    int
+	commits   int
+	aborts    int
+	sent      int
+}
+
+func (f *fakeTxnSink) Prepare(context.Context, *decoder.Event) (sink.Record, error) {
+	return sink.Record{}, nil
+}
+func (f *fakeTxnSink) PrepareDeadLetter(context.Context, *decoder.Event, string, string, error) (sink.Record, error) {
+	return sink.Record{}, nil
+}
+func (f *fakeTxnSink) Topic(*decoder.Event) (string, error) { return "t", nil }
+func (f *fakeTxnSink) Send(_ context.Context, _ sink.Record, done func(error)) {
+	f.mu.Lock()
+	f.sent++
+	err := f.sendErr
+	f.mu.Unlock()
+	done(err)
+}
+func (f *fakeTxnSink) Flush(context.Context) error                                { return nil }
+func (f *fakeTxnSink) InitProducer(context.Context) error                         { return nil }
+func (f *fakeTxnSink) BeginTxn() error                                            { f.begins++; return nil }
+func (f *fakeTxnSink) EnsureCheckpointTopic(context.Context, string, int16) error { return nil }
+func (f *fakeTxnSink) ReadCheckpoint(context.Context, string, string) (pglogrepl.LSN, bool, error) {
+	return 0, false, nil
+}
+func (f *fakeTxnSink) EndTxn(_ context.Context, commit bool) error {
+	if commit {
+		f.commits++
+		return f.commitErr
+	}
+	f.aborts++
+	return f.abortErr
+}
+
+func newTestTxnProducer(f *fakeTxnSink, maxRecords int) *txnProducer {
+	cfg := Defaults()
+	cfg.Slot = "s"
+	cfg.Delivery = DeliveryExactlyOnce
+	cfg.TxnMaxRecords = maxRecords
+	cfg.TxnCommitInterval = time.Hour
+	return newTxnProducer(cfg, f, context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// Records are acknowledged (their done runs) only after the Kafka
+// transaction committed, together with the checkpoint record.
+func TestTxnProducerAcksAtCommit(t *testing.T) {
+	f := &fakeTxnSink{}
+	tp := newTestTxnProducer(f, 3)
+	var acked int
+	done := func(err error) {
+		if err != nil {
+			t.Errorf("done(%v)", err)
+		}
+		acked++
+	}
+	ctx := context.Background()
+	tp.Send(ctx, sink.Record{}, done)
+	tp.Send(ctx, sink.Record{}, done)
+	if err := tp.boundary(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if acked != 0 || f.commits != 0 {
+		t.Fatalf("after 2 records (max 3): acked=%d commits=%d, want 0 and 0", acked, f.commits)
+	}
+	tp.Send(ctx, sink.Record{}, done)
+	if err := tp.boundary(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	if acked != 3 || f.commits != 1 || f.begins != 1 || f.sent != 4 {
+		t.Fatalf("after 3 records: acked=%d commits=%d begins=%d sent=%d, want 3 1 1 4 (3 records + checkpoint)", acked, f.commits, f.begins, f.sent)
+	}
+	if tp.batch != nil {
+		t.Fatal("a transaction is still open after the commit")
+	}
+}
+
+func TestTxnProducerCommitFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		commitErr error
+		fenced    bool
+	}{
+		{"unknown outcome", errors.New("broker connection lost"), false},
+		{"fenced", kerr.ProducerFenced, true},
+		{"epoch", kerr.InvalidProducerEpoch, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeTxnSink{commitErr: tc.commitErr}
+			tp := newTestTxnProducer(f, 1)
+			acked := 0
+			tp.Send(context.Background(), sink.Record{}, func(error) { acked++ })
+			err := tp.boundary(context.Background(), 100)
+			if acked != 0 {
+				t.Fatalf("a record was acknowledged although the commit failed")
+			}
+			var fe *FencedError
+			if errors.As(err, &fe) != tc.fenced {
+				t.Fatalf("error %v: fenced=%v, want %v", err, errors.As(err, &fe), tc.fenced)
+			}
+			if !tc.fenced && !reconnectable(&deliveryError{err}) {
+				t.Fatalf("error %v is not reconnectable", err)
+			}
+			if tc.fenced && reconnectable(&deliveryError{err}) {
+				t.Fatalf("fenced error %v is reconnectable", err)
+			}
+			if got := tp.endSession(err); got != err {
+				t.Fatalf("endSession = %v, want %v", got, err)
+			}
+			if f.aborts != 1 {
+				t.Fatalf("aborts=%d, want 1", f.aborts)
+			}
+		})
+	}
+}
+
+// A record that fails reports the failure (never an ack); a fenced one says so.
+func TestTxnProducerRecordFailure(t *testing.T) {
+	f := &fakeTxnSink{sendErr: kerr.ProducerFenced}
+	tp := newTestTxnProducer(f, 10)
+	var got error
+	tp.Send(context.Background(), sink.Record{}, func(err error) { got = err })
+	var fe *FencedError
+	if !errors.As(got, &fe) {
+		t.Fatalf("done(%v), want a *FencedError", got)
+	}
+	f.sendErr = errors.New("corrupt message")
+	tp.Send(context.Background(), sink.Record{}, func(err error) { got = err })
+	var re *eosRestartError
+	if !errors.As(got, &re) {
+		t.Fatalf("done(%v), want an *eosRestartError", got)
+	}
+}
+
+func TestTxnProducerSkip(t *testing.T) {
+	tp := newTestTxnProducer(&fakeTxnSink{}, 10)
+	tp.checkpoint = 0x200
+	for _, tc := range []struct {
+		commit pglogrepl.LSN
+		skip   bool
+	}{{0x100, true}, {0x1ff, true}, {0x200, false}, {0x300, false}} {
+		if got := tp.skip(tc.commit); got != tc.skip {
+			t.Errorf("skip(%s) with checkpoint %s = %v, want %v", tc.commit, tp.checkpoint, got, tc.skip)
+		}
+	}
+}
+
+// A Postgres transaction larger than the tracker's cap cannot wait in one
+// Kafka transaction: a clear error, not a deadlock.
+func TestTxnProducerReserve(t *testing.T) {
+	f := &fakeTxnSink{}
+	tp := newTestTxnProducer(f, 0)
+	tp.maxInFlight = 10
+	var err error
+	for i := 0; i < 20 && err == nil; i++ {
+		if err = tp.reserve(); err == nil {
+			tp.Send(context.Background(), sink.Record{}, func(error) {})
+		}
+	}
+	if err == nil {
+		t.Fatal("no error for a transaction larger than max-in-flight")
+	}
+}
+
+func TestValidateDelivery(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		key  string
+	}{
+		{"default", func(*Config) {}, ""},
+		{"eos", func(c *Config) { c.Delivery = DeliveryExactlyOnce }, ""},
+		{"bad mode", func(c *Config) { c.Delivery = "exactly_once" }, "delivery"},
+		{"bad topic", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointTopic = "a b" }, "checkpoint-topic"},
+		{"bad rf", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointReplicationFactor = 0 }, "checkpoint-replication-factor"},
+		{"bad interval", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnCommitInterval = 0 }, "txn-commit-interval"},
+		{"max records", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnMaxRecords = c.MaxInFlight }, "txn-max-records"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Defaults()
+			tc.mod(&c)
+			err := c.validateDelivery()
+			var ce *ConfigError
+			switch {
+			case tc.key == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key):
+				t.Fatalf("error %v, want one for key %s", err, tc.key)
+			}
+		})
+	}
+	if id := transactionalID(Config{Slot: "orders"}); id != "walrelay-orders" {
+		t.Errorf("transactionalID = %q", id)
+	}
+}
