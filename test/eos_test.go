@@ -128,3 +128,21 @@ func lastLine(s string) string {
 	}
 	return s
 }
+
+var eosFlags = []string{"--delivery", "exactly-once"}
+
+// TestExactlyOnceBrokerKill9 is TestFaultBrokerKill9 in exactly-once mode:
+// also no duplicate for a read_committed consumer.
+func TestExactlyOnceBrokerKill9(t *testing.T) {
+	if res := faultBrokerKill9(t, "eosbkill", eosFlags); res.duplicates != 0 {
+		t.Errorf("exactly-once: duplicates=%d after broker kills, want 0", res.duplicates)
+	}
+}
+
+// TestExactlyOncePostgresRestart is TestFaultPostgresRestart in exactly-once
+// mode: also no duplicate for a read_committed consumer.
+func TestExactlyOncePostgresRestart(t *testing.T) {
+	if res := faultPostgresRestart(t, "eospgrst", eosFlags); res.duplicates != 0 {
+		t.Errorf("exactly-once: duplicates=%d after Postgres restarts, want 0", res.duplicates)
+	}
+}

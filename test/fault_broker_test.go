@@ -13,12 +13,16 @@ import (
 // WAL), must not confirm anything written while the broker was dead, and in the end every
 // committed event is there, in commit order per aggregate. The broker is restored in
 // t.Cleanup whatever happens.
-func TestFaultBrokerKill9(t *testing.T) {
+func TestFaultBrokerKill9(t *testing.T) { faultBrokerKill9(t, "fbkill", nil) }
+
+// faultBrokerKill9 runs the scenario; eos holds the exactly-once flags (nil: at-least-once).
+func faultBrokerKill9(t *testing.T, short string, eos []string) *result {
 	env := requireEnv(t)
 	rng := testRand(t)
-	s := newScenario(t, env, "fbkill")
+	s := newScenario(t, env, short)
+	s.readCommitted = eos != nil
 	broker := newFaultBroker(t, env)
-	p := faultStartReady(s, s.runArgs("--status-interval", "200ms"))
+	p := faultStartReady(s, s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...))
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))
@@ -55,6 +59,6 @@ func TestFaultBrokerKill9(t *testing.T) {
 	if p.exited() {
 		t.Fatalf("walrelay exited (%s); it must survive broker crashes\n%s", p.exitStatus(), p.tail(40))
 	}
-	faultFinish(t, s, fw, stop, p, "fault_broker_kill9", fmt.Sprintf("broker_kills=%d", cycles),
+	return faultFinish(t, s, fw, stop, p, map[bool]string{false: "fault_broker_kill9", true: "eos_broker_kill9"}[eos != nil], fmt.Sprintf("broker_kills=%d", cycles),
 		"recovery="+strings.Join(recoveries, ","), fmt.Sprintf("walrelay_restarts=%d", s.runs-1))
 }

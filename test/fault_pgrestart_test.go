@@ -17,12 +17,16 @@ import (
 // duplicates are expected. The writer reconnects too; a transaction whose COMMIT got no
 // answer is classified from its marker row once its backend is gone (faultWriter), so
 // "committed" in the summary is what Postgres really committed.
-func TestFaultPostgresRestart(t *testing.T) {
+func TestFaultPostgresRestart(t *testing.T) { faultPostgresRestart(t, "fpgrst", nil) }
+
+// faultPostgresRestart runs the scenario; eos holds the exactly-once flags (nil: at-least-once).
+func faultPostgresRestart(t *testing.T, short string, eos []string) *result {
 	env := requireEnv(t)
 	rng := testRand(t)
 	penv, pgScript := faultPrivateCluster(t, env)
-	s := newScenario(t, penv, "fpgrst")
-	p := faultStartReady(s, s.runArgs("--status-interval", "200ms"))
+	s := newScenario(t, penv, short)
+	s.readCommitted = eos != nil
+	p := faultStartReady(s, s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...))
 
 	fw := newFaultWriter(t, s, penv.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))
@@ -72,7 +76,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	if p.exited() {
 		t.Fatalf("walrelay exited (%s); it must reconnect to Postgres by itself\n%s", p.exitStatus(), p.tail(40))
 	}
-	faultFinish(t, s, fw, stop, p, "fault_pg_restart", fmt.Sprintf("pg_restarts=%d", restarts),
+	return faultFinish(t, s, fw, stop, p, map[bool]string{false: "fault_pg_restart", true: "eos_pg_restart"}[eos != nil], fmt.Sprintf("pg_restarts=%d", restarts),
 		"recovery="+strings.Join(recoveries, ","),
 		fmt.Sprintf("walrelay_reconnect_logs=%d", faultLogCount(p, "replication stream lost")),
 		fmt.Sprintf("walrelay_restarts=%d", s.runs-1))
