@@ -146,3 +146,13 @@ func TestExactlyOncePostgresRestart(t *testing.T) {
 		t.Errorf("exactly-once: duplicates=%d after Postgres restarts, want 0", res.duplicates)
 	}
 }
+
+// TestExactlyOnceStandbyTakeover is TestStandbyTakeover in exactly-once mode:
+// the standby that takes the slot initialises the same transactional id,
+// which fences the killed instance's producer and aborts its open
+// transaction; a read_committed consumer sees no duplicate.
+func TestExactlyOnceStandbyTakeover(t *testing.T) {
+	if res := standbyTakeover(t, "eosha", eosFlags); res.duplicates != 0 {
+		t.Errorf("exactly-once: duplicates=%d after standby takeovers, want 0", res.duplicates)
+	}
+}

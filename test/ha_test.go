@@ -20,11 +20,15 @@ const haTakeoverLimit = 5 * time.Second
 // /readyz 503. The first standby stands by for 16 s first, so a retry with exponential
 // backoff would miss the 5 s. At the end every committed event arrived (the harness
 // verifier).
-func TestStandbyTakeover(t *testing.T) {
+func TestStandbyTakeover(t *testing.T) { standbyTakeover(t, "ha", nil) }
+
+// standbyTakeover runs the scenario; eos holds the exactly-once flags (nil: at-least-once).
+func standbyTakeover(t *testing.T, short string, eos []string) *result {
 	env := requireEnv(t)
 	rng := testRand(t)
-	s := newScenario(t, env, "ha")
-	args := s.runArgs("--status-interval", "100ms", "--standby-retry-interval", "1s")
+	s := newScenario(t, env, short)
+	s.readCommitted = eos != nil
+	args := s.runArgs(append([]string{"--status-interval", "100ms", "--standby-retry-interval", "1s"}, eos...)...)
 	active := faultStartReady(s, args)
 	standby := faultStart(s, args)
 	haWaitStandby(t, standby, s.name)
@@ -64,7 +68,7 @@ func TestStandbyTakeover(t *testing.T) {
 		haWaitStandby(t, standby, s.name)
 	}
 	t.Logf("takeover times (kill -9 to the standby streaming): %v", takeovers)
-	faultFinish(t, s, fw, stop, active, "ha_takeover", fmt.Sprintf("takeovers=%v", takeovers))
+	return faultFinish(t, s, fw, stop, active, short+"_takeover", fmt.Sprintf("takeovers=%v", takeovers))
 }
 
 // haWaitStandby waits until p stands by: walrelay_role{role="standby"} is 1, role active

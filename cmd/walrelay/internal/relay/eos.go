@@ -75,6 +75,7 @@ type txnProducer struct {
 	produceCtx  context.Context
 	timeout     time.Duration // bounds ending a transaction
 
+	slotStart  pglogrepl.LSN // the slot's position at session start
 	key        string        // checkpoint key of the current WAL history
 	checkpoint pglogrepl.LSN // last committed checkpoint read at session start
 	created    bool          // checkpoint topic ensured
@@ -109,11 +110,11 @@ func transactionalID(cfg Config) string {
 	return "walrelay-" + cfg.Slot
 }
 
-// startSession fences any older producer of the transactional id (finishing
-// its transaction), then reads the last committed checkpoint of the slot.
-// The tracker restarts at the slot's position: anything an aborted
-// transaction acknowledged is read again from the slot.
-func (t *txnProducer) startSession(ctx context.Context, r *runner, conn *replication.Conn) error {
+// startSession restarts the tracker at the slot's position: anything an
+// aborted transaction acknowledged is read again from the slot. It does not
+// touch Kafka: a session that finds the slot held by another instance
+// (standby) must not fence that instance's producer.
+func (t *txnProducer) startSession(r *runner, conn *replication.Conn) error {
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.cfg.MaxInFlight}, conn.Start)
 	if err != nil {
 		return err
@@ -121,7 +122,16 @@ func (t *txnProducer) startSession(ctx context.Context, r *runner, conn *replica
 	r.tr = tr
 	r.cur.Store(tr)
 	t.key = sink.CheckpointKey(conn.System.SystemID, t.slot)
+	t.slotStart = conn.Start
 	t.skipped = 0
+	return nil
+}
+
+// initSession runs once the slot streams to this process (its first batch),
+// before any message is handled: it fences any older producer of the
+// transactional id (finishing its transaction), then reads the last
+// committed checkpoint of the slot.
+func (t *txnProducer) initSession(ctx context.Context) error {
 	kctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	if err := t.sink.InitProducer(kctx); err != nil {
@@ -145,7 +155,7 @@ func (t *txnProducer) startSession(ctx context.Context, r *runner, conn *replica
 		t.checkpoint = lsn
 	}
 	t.log.Info("exactly-once: last committed checkpoint", "slot", t.slot, "topic", t.topic, "key", t.key,
-		"lsn", t.checkpoint.String(), "found", ok, "slot_lsn", conn.Start.String())
+		"lsn", t.checkpoint.String(), "found", ok, "slot_lsn", t.slotStart.String())
 	return nil
 }
 

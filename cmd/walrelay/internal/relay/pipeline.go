@@ -80,6 +80,7 @@ type pipeline struct {
 
 	eos      *txnProducer // exactly-once mode (nil: at-least-once)
 	skipping bool         // the open transaction is covered by the checkpoint
+	eosReady bool         // eos.initSession ran for this session
 }
 
 func (p *pipeline) failure() error {
@@ -111,6 +112,14 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 		case b, ok := <-src.Batches():
 			if !ok {
 				return nil
+			}
+			if p.eos != nil && !p.eosReady {
+				// The slot streams to this process: now Kafka may be told.
+				if err := p.eos.initSession(ctx); err != nil {
+					src.Release(b)
+					return err
+				}
+				p.eosReady = true
 			}
 			err := p.handleBatch(ctx, b)
 			src.Release(b)

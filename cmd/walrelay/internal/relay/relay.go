@@ -242,7 +242,7 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	failed, fail := r.failed, r.fail
 	var prod producer = r.sink
 	if r.eos != nil {
-		if err := r.eos.startSession(ctx, r, conn); err != nil {
+		if err := r.eos.startSession(r, conn); err != nil {
 			_ = conn.Close(context.Background())
 			return err
 		}
