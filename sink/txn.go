@@ -124,17 +124,26 @@ func (s *Sink) ReadCheckpoint(ctx context.Context, topic, key string) (lsn pglog
 		return 0, false, fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	idle := 0
 	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, checkpointPoll)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			return 0, false, fmt.Errorf("kafka: read checkpoint topic %q: %w", topic, ctx.Err())
 		}
 		var ferr error
-		fs.EachError(func(_ string, _ int32, e error) { ferr = e })
+		fs.EachError(func(_ string, _ int32, e error) {
+			if !errors.Is(e, context.DeadlineExceeded) {
+				ferr = e
+			}
+		})
 		if ferr != nil {
 			return 0, false, fmt.Errorf("kafka: read checkpoint topic %q: %w", topic, ferr)
 		}
+		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
+			n++
 			if end, in := want[r.Partition]; in && r.Offset >= end-1 {
 				delete(want, r.Partition)
 			}
@@ -145,9 +154,27 @@ func (s *Sink) ReadCheckpoint(ctx context.Context, topic, key string) (lsn pglog
 				lsn, ok = pglogrepl.LSN(binary.BigEndian.Uint64(r.Value)), true
 			}
 		})
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		// Nothing more to fetch below the end: the last offsets were
+		// removed by compaction (old transaction markers). The newest
+		// record of every key survives compaction, so what was read is the
+		// last checkpoint.
+		if idle++; idle >= checkpointIdlePolls {
+			return lsn, ok, nil
+		}
 	}
 	return lsn, ok, nil
 }
+
+// Reading the checkpoint topic stops after checkpointIdlePolls polls of
+// checkpointPoll that fetched nothing.
+const (
+	checkpointPoll      = time.Second
+	checkpointIdlePolls = 3
+)
 
 // CheckpointKey is the key of a slot's checkpoint: "<system id>/<slot>".
 func CheckpointKey(systemID, slot string) string { return systemID + "/" + slot }
