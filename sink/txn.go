@@ -31,6 +31,26 @@ func IsFenced(err error) bool {
 		errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
+// IsTxnAbortable reports whether err, failing a record or a commit of a
+// Kafka transaction, is cured by aborting and producing the records again in
+// a new transaction (transaction state, producer id, timeouts, retriable
+// broker errors). Other record errors are permanent (authorization, corrupt
+// or invalid records) and are not retried.
+func IsTxnAbortable(err error) bool {
+	if kerr.IsRetriable(err) {
+		return true
+	}
+	for _, e := range []error{kerr.TransactionAbortable, kerr.UnknownProducerID, kerr.InvalidProducerIDMapping,
+		kerr.InvalidTxnState, kerr.ConcurrentTransactions, kerr.OutOfOrderSequenceNumber, kerr.OperationNotAttempted,
+		kerr.InvalidTransactionTimeout, kerr.UnknownServerError,
+		kgo.ErrAborting, kgo.ErrRecordTimeout, kgo.ErrRecordRetries, context.DeadlineExceeded} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // WithTransactionalID makes the sink's client transactional: every Send
 // must then happen between BeginTxn and EndTxn.
 func WithTransactionalID(id string) Option {

@@ -222,11 +222,17 @@ func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error))
 	})
 }
 
+// wrap classifies a record failure: fenced (stop), cured by aborting and
+// restarting from the checkpoint, or permanent (stop with the error, as in
+// at-least-once mode; the session's end aborts the transaction).
 func (t *txnProducer) wrap(err error) error {
 	if sink.IsFenced(err) {
 		return &FencedError{err}
 	}
-	return &eosRestartError{err}
+	if sink.IsTxnAbortable(err) {
+		return &eosRestartError{err}
+	}
+	return err
 }
 
 // due fires when the open Kafka transaction reached the commit interval.
@@ -277,7 +283,10 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	if err := t.sink.EndTxn(ectx, true); err != nil {
 		// Not committed, or the outcome is unknown: the session's end
 		// aborts, and the next session reads the checkpoint that is.
-		return t.wrap(fmt.Errorf("commit: %w", err))
+		if sink.IsFenced(err) {
+			return &FencedError{err}
+		}
+		return &eosRestartError{fmt.Errorf("commit: %w", err)}
 	}
 	t.batch = nil
 	t.records, t.units = 0, 0

@@ -150,11 +150,17 @@ func TestTxnProducerRecordFailure(t *testing.T) {
 	if !errors.As(got, &fe) {
 		t.Fatalf("done(%v), want a *FencedError", got)
 	}
-	f.sendErr = errors.New("corrupt message")
+	f.sendErr = kerr.TransactionAbortable
 	tp.Send(context.Background(), sink.Record{}, func(err error) { got = err })
 	var re *eosRestartError
-	if !errors.As(got, &re) {
-		t.Fatalf("done(%v), want an *eosRestartError", got)
+	if !errors.As(got, &re) || !reconnectable(&deliveryError{got}) {
+		t.Fatalf("done(%v), want a reconnectable *eosRestartError", got)
+	}
+	// A permanent record error stops walrelay, as in at-least-once mode.
+	f.sendErr = kerr.TopicAuthorizationFailed
+	tp.Send(context.Background(), sink.Record{}, func(err error) { got = err })
+	if errors.As(got, &re) || errors.As(got, &fe) || reconnectable(&deliveryError{got}) {
+		t.Fatalf("done(%v), want a permanent error", got)
 	}
 }
 
