@@ -69,6 +69,23 @@ func (s *Sink) InitProducer(ctx context.Context) error {
 	return nil
 }
 
+// ResetProducer replaces the client by a new one with the same options: a
+// client whose producer epoch went stale (an end of transaction whose answer
+// was lost) is refused with PRODUCER_FENCED forever, while a new client
+// gets a new epoch. Call it only when no record is buffered and no other
+// goroutine uses the sink.
+func (s *Sink) ResetProducer() error {
+	// Closed first: client hooks (metrics) register again for the new one.
+	s.client.Close()
+	cl, err := kgo.NewClient(append(append(s.pingOpts, kgo.AlwaysRetryEOF()), s.extra...)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	s.client = cl
+	s.admin = kadm.NewClient(cl)
+	return nil
+}
+
 // BeginTxn starts a Kafka transaction.
 func (s *Sink) BeginTxn() error { return s.client.BeginTransaction() }
 

@@ -78,4 +78,21 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if lsn, _, _ := s2.ReadCheckpoint(ctx, topic, "1/s"); lsn != 0x200 {
 		t.Fatalf("after the fenced commit: checkpoint %s, want 0/200", lsn)
 	}
+
+	// The fenced sink recovers only with a new client, which fences s2.
+	if err := s.ResetProducer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InitProducer(ctx); err != nil {
+		t.Fatalf("init after reset: %v", err)
+	}
+	if err := sendCheckpoint(t, ctx, s, topic, "1/s", 0x500, true); err != nil {
+		t.Fatalf("commit after reset: %v", err)
+	}
+	if err := sendCheckpoint(t, ctx, s2, topic, "1/s", 0x600, true); !sink.IsFenced(err) {
+		t.Fatalf("s2 after s's reset: %v, want fenced", err)
+	}
+	if lsn, _, _ := s.ReadCheckpoint(ctx, topic, "1/s"); lsn != 0x500 {
+		t.Fatalf("after reset: checkpoint %s, want 0/500", lsn)
+	}
 }

@@ -37,7 +37,7 @@ func (e *FencedError) Unwrap() error { return e.Err }
 type eosRestartError struct{ err error }
 
 func (e *eosRestartError) Error() string {
-	return "exactly-once: kafka transaction aborted, restarting from the last checkpoint: " + e.err.Error()
+	return "exactly-once: restarting from the last committed checkpoint: " + e.err.Error()
 }
 func (e *eosRestartError) Unwrap() error { return e.err }
 
@@ -46,6 +46,7 @@ type eosSink interface {
 	producer
 	Flush(ctx context.Context) error
 	InitProducer(ctx context.Context) error
+	ResetProducer() error
 	BeginTxn() error
 	EndTxn(ctx context.Context, commit bool) error
 	EnsureCheckpointTopic(ctx context.Context, topic string, rf int16) error
@@ -134,7 +135,20 @@ func (t *txnProducer) startSession(r *runner, conn *replication.Conn) error {
 func (t *txnProducer) initSession(ctx context.Context) error {
 	kctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	if err := t.sink.InitProducer(kctx); err != nil {
+	err := t.sink.InitProducer(kctx)
+	if err != nil && sink.IsFenced(err) {
+		// This process holds the slot, so no other instance streams it: the
+		// producer's epoch is stale (an end of transaction whose answer was
+		// lost with a broker). A new client takes a new epoch, fencing any
+		// other producer of the id, as a restarted process would.
+		t.log.Warn("exactly-once: the kafka producer epoch is stale; starting a new producer (this process holds the slot)",
+			"slot", t.slot, "error", err.Error())
+		if err = t.sink.ResetProducer(); err != nil {
+			return err
+		}
+		err = t.sink.InitProducer(kctx)
+	}
+	if err != nil {
 		if sink.IsFenced(err) {
 			return &FencedError{err}
 		}

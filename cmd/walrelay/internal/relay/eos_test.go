@@ -27,6 +27,8 @@ type fakeTxnSink struct {
 	commits   int
 	aborts    int
 	sent      int
+	// InitProducer answers PRODUCER_FENCED fencedInits times.
+	fencedInits, inits, resets int
 }
 
 func (f *fakeTxnSink) Prepare(context.Context, *decoder.Event) (sink.Record, error) {
@@ -43,8 +45,16 @@ func (f *fakeTxnSink) Send(_ context.Context, _ sink.Record, done func(error)) {
 	f.mu.Unlock()
 	done(err)
 }
-func (f *fakeTxnSink) Flush(context.Context) error                                { return nil }
-func (f *fakeTxnSink) InitProducer(context.Context) error                         { return nil }
+func (f *fakeTxnSink) Flush(context.Context) error { return nil }
+func (f *fakeTxnSink) InitProducer(context.Context) error {
+	f.inits++
+	if f.fencedInits > 0 {
+		f.fencedInits--
+		return kerr.ProducerFenced
+	}
+	return nil
+}
+func (f *fakeTxnSink) ResetProducer() error                                       { f.resets++; return nil }
 func (f *fakeTxnSink) BeginTxn() error                                            { f.begins++; return nil }
 func (f *fakeTxnSink) EnsureCheckpointTopic(context.Context, string, int16) error { return nil }
 func (f *fakeTxnSink) ReadCheckpoint(context.Context, string, string) (pglogrepl.LSN, bool, error) {
@@ -223,5 +233,21 @@ func TestValidateDelivery(t *testing.T) {
 	}
 	if id := transactionalID(Config{Slot: "orders"}); id != "walrelay-orders" {
 		t.Errorf("transactionalID = %q", id)
+	}
+}
+
+// A stale epoch at session start (the process holds the slot) is cured by a
+// new producer; fenced again, walrelay stops.
+func TestTxnProducerInitStaleEpoch(t *testing.T) {
+	f := &fakeTxnSink{fencedInits: 1}
+	tp := newTestTxnProducer(f, 10)
+	if err := tp.initSession(context.Background()); err != nil || f.resets != 1 || f.inits != 2 {
+		t.Fatalf("initSession = %v (resets=%d inits=%d), want nil after one reset", err, f.resets, f.inits)
+	}
+	f = &fakeTxnSink{fencedInits: 2}
+	tp = newTestTxnProducer(f, 10)
+	var fe *FencedError
+	if err := tp.initSession(context.Background()); !errors.As(err, &fe) {
+		t.Fatalf("initSession = %v, want a *FencedError", err)
 	}
 }
