@@ -31,6 +31,26 @@ func (e *FencedError) Error() string {
 }
 func (e *FencedError) Unwrap() error { return e.Err }
 
+// fencedRetry ends a session whose producer was fenced. Fencing means that
+// another instance took over only if that instance now holds the slot: the
+// relay reconnects, and stops with the FencedError if the slot is in use
+// (runner.stopIfFenced); if it gets the slot, the epoch was only stale and
+// initSession starts a new producer.
+type fencedRetry struct{ fe *FencedError }
+
+func (e *fencedRetry) Error() string {
+	return "exactly-once: producer fenced; checking whether another instance holds the slot: " + e.fe.Err.Error()
+}
+
+// stopIfFenced returns the FencedError that ended the last session when err
+// says that another process holds the slot.
+func (r *runner) stopIfFenced(err error) error {
+	if r.eos == nil || r.eos.fenced == nil || !errors.Is(err, replication.ErrSlotInUse) {
+		return nil
+	}
+	return r.eos.fenced
+}
+
 // eosRestartError ends a session in exactly-once mode after the Kafka
 // transaction was aborted (a record failed, or the commit did): the relay
 // reconnects and restarts from the slot and the last committed checkpoint.
@@ -76,6 +96,7 @@ type txnProducer struct {
 	produceCtx  context.Context
 	timeout     time.Duration // bounds ending a transaction
 
+	txnID      string        // transactional.id, for messages
 	slotStart  pglogrepl.LSN // the slot's position at session start
 	key        string        // checkpoint key of the current WAL history
 	checkpoint pglogrepl.LSN // last committed checkpoint read at session start
@@ -86,8 +107,9 @@ type txnProducer struct {
 	units   int       // tracker units batch holds (transactions + records)
 	lastEnd pglogrepl.LSN
 	timer   *time.Timer
-	skipped int  // events skipped this session (covered by the checkpoint)
-	overdue bool // the interval passed inside a Postgres transaction
+	fenced  *FencedError // the last session ended fenced (see fencedRetry)
+	skipped int          // events skipped this session (covered by the checkpoint)
+	overdue bool         // the interval passed inside a Postgres transaction
 }
 
 func newTxnProducer(cfg Config, s eosSink, produceCtx context.Context, log *slog.Logger) *txnProducer {
@@ -99,7 +121,7 @@ func newTxnProducer(cfg Config, s eosSink, produceCtx context.Context, log *slog
 	}
 	return &txnProducer{sink: s, log: log, topic: cfg.CheckpointTopic, rf: int16(cfg.CheckpointReplicationFactor),
 		slot: cfg.Slot, interval: cfg.TxnCommitInterval, maxRecords: max, maxInFlight: cfg.MaxInFlight,
-		produceCtx: produceCtx, timeout: cfg.KafkaTimeout, timer: t}
+		produceCtx: produceCtx, timeout: cfg.KafkaTimeout, timer: t, txnID: transactionalID(cfg)}
 }
 
 // transactionalID is the transactional.id: configured, or derived from the
@@ -146,7 +168,11 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 		if err = t.sink.ResetProducer(); err != nil {
 			return err
 		}
-		err = t.sink.InitProducer(kctx)
+		if err = t.sink.InitProducer(kctx); err != nil && sink.IsFenced(err) {
+			// A new producer refused too: not a takeover (this process holds
+			// the slot) but, e.g., the transactional id not authorized.
+			return fmt.Errorf("exactly-once: cannot initialise the transactional producer %q: %w", t.txnID, err)
+		}
 	}
 	if err != nil {
 		if sink.IsFenced(err) {
@@ -168,6 +194,7 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 	if ok {
 		t.checkpoint = lsn
 	}
+	t.fenced = nil // this process holds the slot and a current epoch
 	t.log.Info("exactly-once: last committed checkpoint", "slot", t.slot, "topic", t.topic, "key", t.key,
 		"lsn", t.checkpoint.String(), "found", ok, "slot_lsn", t.slotStart.String())
 	return nil

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -237,7 +239,7 @@ func TestValidateDelivery(t *testing.T) {
 }
 
 // A stale epoch at session start (the process holds the slot) is cured by a
-// new producer; fenced again, walrelay stops.
+// new producer; refused again, walrelay stops.
 func TestTxnProducerInitStaleEpoch(t *testing.T) {
 	f := &fakeTxnSink{fencedInits: 1}
 	tp := newTestTxnProducer(f, 10)
@@ -246,8 +248,33 @@ func TestTxnProducerInitStaleEpoch(t *testing.T) {
 	}
 	f = &fakeTxnSink{fencedInits: 2}
 	tp = newTestTxnProducer(f, 10)
+	err := tp.initSession(context.Background())
 	var fe *FencedError
-	if err := tp.initSession(context.Background()); !errors.As(err, &fe) {
-		t.Fatalf("initSession = %v, want a *FencedError", err)
+	if err == nil || errors.As(err, &fe) || reconnectable(&deliveryError{err}) {
+		t.Fatalf("initSession = %v, want a permanent error (a new producer refused while holding the slot)", err)
+	}
+}
+
+// A fenced session is retried once: walrelay stops with the FencedError only
+// if another process holds the slot.
+func TestStopIfFenced(t *testing.T) {
+	fe := &FencedError{kerr.ProducerFenced}
+	r := &runner{eos: newTestTxnProducer(&fakeTxnSink{}, 10)}
+	inUse := fmt.Errorf("start replication: %w", replication.ErrSlotInUse)
+	if err := r.stopIfFenced(inUse); err != nil {
+		t.Fatalf("not fenced: stopIfFenced = %v, want nil (standby)", err)
+	}
+	r.eos.fenced = fe
+	if !reconnectable(&fencedRetry{fe}) {
+		t.Fatal("a fenced session is not retried")
+	}
+	if err := r.stopIfFenced(errors.New("connection refused")); err != nil {
+		t.Fatalf("fenced, slot not known in use: %v, want nil", err)
+	}
+	if err := r.stopIfFenced(inUse); err != fe {
+		t.Fatalf("fenced and the slot in use: %v, want the FencedError", err)
+	}
+	if (&runner{}).stopIfFenced(inUse) != nil {
+		t.Fatal("at-least-once: stopIfFenced must be nil")
 	}
 }

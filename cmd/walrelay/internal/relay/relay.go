@@ -167,6 +167,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			}
 			return nil
 		}
+		if ferr := r.stopIfFenced(err); ferr != nil {
+			return ferr
+		}
 		if err != nil && !reconnectable(err) {
 			return err
 		}
@@ -191,6 +194,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			if ctx.Err() != nil {
 				r.finishBetweenSessions(rcfg)
 				return nil
+			}
+			if ferr := r.stopIfFenced(err); ferr != nil {
+				return ferr
 			}
 			if !reconnectable(err) {
 				return err
@@ -283,6 +289,11 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	r.confirmed = max(r.confirmed, st.Confirmed())
 	if r.eos != nil {
 		err = r.eos.endSession(err)
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			r.eos.fenced = fe
+			err = &fencedRetry{fe}
+		}
 	}
 	return err
 }

@@ -12,6 +12,10 @@ import (
 // nor does anything unknown: walrelay then stops with the error instead of
 // reconnecting forever.
 func reconnectable(err error) bool {
+	var fr *fencedRetry
+	if errors.As(err, &fr) {
+		return true // stops if another instance holds the slot (stopIfFenced)
+	}
 	var re *eosRestartError
 	var fe *FencedError
 	if errors.As(err, &re) && !errors.As(err, &fe) {
