@@ -434,7 +434,10 @@ func run(o options) error {
 	adm.Close()
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(o.fetchMaxWait))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(o.fetchMaxWait),
+		// read_committed: with --delivery=exactly-once a record counts only once its Kafka
+		// transaction committed (what a correct consumer sees); same as read_uncommitted otherwise.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}
