@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -72,27 +71,9 @@ func (m *metrics) observeSlot(st slotState) {
 // once per failure streak; they never stop the relay. A missing slot is a
 // reading (walrelay_slot_exists 0), not a failure.
 func pollSlot(ctx context.Context, dsn, slot string, interval time.Duration, m *metrics, log *slog.Logger) {
-	var conn *pgconn.PgConn
-	defer func() {
-		if conn != nil {
-			_ = conn.Close(context.Background())
-		}
-	}()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	failing := false
-	for {
-		err := func() error {
-			cctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
-			defer cancel()
-			if conn == nil || conn.IsClosed() {
-				c, err := pgconn.Connect(cctx, dsn)
-				if err != nil {
-					return err
-				}
-				conn = c
-			}
-			res := conn.ExecParams(cctx, slotQuery, [][]byte{[]byte(slot)}, nil, nil, nil).Read()
+	periodic{dsn: dsn, interval: interval, timeout: max(interval, 5*time.Second), atOnce: true,
+		run: func(ctx context.Context, conn *pgconn.PgConn) error {
+			res := conn.ExecParams(ctx, slotQuery, [][]byte{[]byte(slot)}, nil, nil, nil).Read()
 			if res.Err != nil {
 				return res.Err
 			}
@@ -106,31 +87,16 @@ func pollSlot(ctx context.Context, dsn, slot string, interval time.Duration, m *
 			}
 			m.observeSlot(st)
 			return nil
-		}()
-		if err != nil && ctx.Err() == nil {
+		},
+		failed: func(err error, first bool) {
 			m.slotPollErrors.Inc()
-			if !failing {
+			if first {
 				log.Warn("reading pg_replication_slots failed; the walrelay_slot_* metrics are stale until it works again",
 					"slot", slot, "error", err)
 			}
-			failing = true
-			var pgErr *pgconn.PgError
-			if conn != nil && !errors.As(err, &pgErr) {
-				_ = conn.Close(context.Background())
-				conn = nil
-			}
-		} else if err == nil {
-			if failing {
-				log.Info("reading pg_replication_slots works again", "slot", slot)
-			}
-			failing = false
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		},
+		recovered: func() { log.Info("reading pg_replication_slots works again", "slot", slot) },
+	}.loop(ctx)
 }
 
 // startSlotPoll starts pollSlot for the configured slot unless
