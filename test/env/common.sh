@@ -153,3 +153,47 @@ take_lock() {
 		flock 8
 	fi
 }
+
+# maven_jars LIBS POM WHAT REQUIRED [MVN_ARGS...]: resolve POM's dependencies into LIBS once
+# (a cache outside the work tree). One resolver at a time (flock on LIBS/../.lock, fd 9); the
+# jars land in a temporary dir that becomes LIBS only when complete (LIBS/.complete lists them).
+# WHAT names the artifacts in messages; REQUIRED lists jar files that must be among them.
+maven_jars() {
+	local libs="$1" pom="$2" what="$3" required="$4"
+	shift 4
+	[ -f "$libs/.complete" ] && return 0
+	command -v mvn >/dev/null || die "mvn not found (run test/env/deps.sh)"
+	local cache
+	cache="$(dirname "$libs")"
+	mkdir -p "$cache"
+	exec 9>"$cache/.lock"
+	flock 9
+	if [ ! -f "$libs/.complete" ]; then
+		local tmp="$cache/libs.tmp.$$" t0=$SECONDS j
+		rm -rf "$tmp"
+		log "resolving $what from Maven into $libs"
+		if ! mvn -B -q -Dstyle.color=never -f "$pom" "$@" \
+			dependency:copy-dependencies -DoutputDirectory="$tmp" >"$cache/mvn.log" 2>&1; then
+			sed 's/\x1b\[[0-9;]*m//g' "$cache/mvn.log" >&2
+			rm -rf "$tmp"
+			die "maven could not resolve $what (log: $cache/mvn.log)"
+		fi
+		for j in $required; do
+			[ -f "$tmp/$j" ] || die "$j missing after resolution"
+		done
+		ls "$tmp" >"$tmp/.complete"
+		rm -rf "$libs"
+		mv "$tmp" "$libs"
+		log "resolved $(($(wc -l <"$libs/.complete"))) jars in $((SECONDS - t0)) s"
+	fi
+	exec 9>&-
+}
+
+# java_bin: the java to run ($JAVA_HOME's when set).
+java_bin() {
+	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+		printf '%s\n' "$JAVA_HOME/bin/java"
+	else
+		command -v java || die "java not found (run test/env/deps.sh)"
+	fi
+}

@@ -40,42 +40,10 @@ LOG4J="$STATE/log4j2.properties"
 START_TIMEOUT="${WALRELAY_TEST_CONNECT_START_TIMEOUT:-180}"
 
 fetch() {
-	if [ -f "$LIBS/.complete" ]; then
-		return
-	fi
-	command -v mvn >/dev/null || die "mvn not found (run test/env/deps.sh)"
-	mkdir -p "$CACHE_DIR"
-	# One resolver at a time; others wait and then find the cache filled.
-	exec 9>"$CACHE_DIR/.lock"
-	flock 9
-	if [ ! -f "$LIBS/.complete" ]; then
-		local tmp="$CACHE_DIR/libs.tmp.$$" t0=$SECONDS
-		rm -rf "$tmp"
-		log "resolving debezium-connector-postgres:$DBZ_VERSION + connect-runtime:$CONNECT_VERSION from Maven into $LIBS"
-		if ! mvn -B -q -Dstyle.color=never -f "$WALRELAY_ROOT/test/debezium/pom.xml" \
-			-Ddebezium.version="$DBZ_VERSION" -Dconnect.version="$CONNECT_VERSION" \
-			dependency:copy-dependencies -DoutputDirectory="$tmp" >"$CACHE_DIR/mvn.log" 2>&1; then
-			sed 's/\x1b\[[0-9;]*m//g' "$CACHE_DIR/mvn.log" >&2
-			rm -rf "$tmp"
-			die "maven could not resolve the Debezium jars (log: $CACHE_DIR/mvn.log)"
-		fi
-		for j in "debezium-connector-postgres-$DBZ_VERSION.jar" "debezium-connect-plugins-$DBZ_VERSION.jar" "connect-runtime-$CONNECT_VERSION.jar"; do
-			[ -f "$tmp/$j" ] || die "$j missing after resolution"
-		done
-		ls "$tmp" >"$tmp/.complete"
-		rm -rf "$LIBS"
-		mv "$tmp" "$LIBS"
-		log "resolved $(($(wc -l <"$LIBS/.complete"))) jars in $((SECONDS - t0)) s"
-	fi
-	exec 9>&-
-}
-
-java_bin() {
-	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
-		printf '%s\n' "$JAVA_HOME/bin/java"
-	else
-		command -v java || die "java not found (run test/env/deps.sh)"
-	fi
+	maven_jars "$LIBS" "$WALRELAY_ROOT/test/debezium/pom.xml" \
+		"debezium-connector-postgres:$DBZ_VERSION + connect-runtime:$CONNECT_VERSION" \
+		"debezium-connector-postgres-$DBZ_VERSION.jar debezium-connect-plugins-$DBZ_VERSION.jar connect-runtime-$CONNECT_VERSION.jar" \
+		-Ddebezium.version="$DBZ_VERSION" -Dconnect.version="$CONNECT_VERSION"
 }
 
 write_config() {

@@ -83,39 +83,8 @@ EOF
 }
 
 fetch() {
-	if [ -f "$LIBS/.complete" ]; then
-		return
-	fi
-	command -v mvn >/dev/null || die "mvn not found (run test/env/deps.sh)"
-	mkdir -p "$CACHE_DIR"
-	# One resolver at a time; others wait and then find the cache filled.
-	exec 9>"$CACHE_DIR/.lock"
-	flock 9
-	if [ ! -f "$LIBS/.complete" ]; then
-		local tmp="$CACHE_DIR/libs.tmp.$$" t0=$SECONDS
-		rm -rf "$tmp"
-		log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven into $LIBS"
-		if ! mvn -B -q -Dstyle.color=never -f "$WALRELAY_ROOT/test/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
-			dependency:copy-dependencies -DoutputDirectory="$tmp" >"$CACHE_DIR/mvn.log" 2>&1; then
-			sed 's/\x1b\[[0-9;]*m//g' "$CACHE_DIR/mvn.log" >&2
-			rm -rf "$tmp"
-			die "maven could not resolve kafka_2.13:$KAFKA_VERSION (log: $CACHE_DIR/mvn.log)"
-		fi
-		[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ] || die "kafka_2.13-$KAFKA_VERSION.jar missing after resolution"
-		ls "$tmp" >"$tmp/.complete"
-		rm -rf "$LIBS"
-		mv "$tmp" "$LIBS"
-		log "resolved $(($(wc -l <"$LIBS/.complete"))) jars in $((SECONDS - t0)) s"
-	fi
-	exec 9>&-
-}
-
-java_bin() {
-	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
-		printf '%s\n' "$JAVA_HOME/bin/java"
-	else
-		command -v java || die "java not found (run test/env/deps.sh)"
-	fi
+	maven_jars "$LIBS" "$WALRELAY_ROOT/test/pom.xml" "org.apache.kafka:kafka_2.13:$KAFKA_VERSION" \
+		"kafka_2.13-$KAFKA_VERSION.jar" -Dkafka.version="$KAFKA_VERSION"
 }
 
 # jvm_cmd: the java command line (without main class) in the global array JVM.
