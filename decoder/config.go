@@ -140,8 +140,18 @@ func (c Config) Validate() error {
 	return err
 }
 
+// ConfigError is a Config that New refuses. Field says what is wrong:
+// tables, columns, header_columns or message_prefix.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return "decoder config: " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // normalized returns the configuration with defaults applied, or the reason
-// it is invalid.
+// it is invalid (a *ConfigError).
 func (c Config) normalized() (Config, error) {
 	n := Config{
 		Tables:          make([]Table, len(c.Tables)),
@@ -153,10 +163,10 @@ func (c Config) normalized() (Config, error) {
 		n.HeartbeatPrefix = DefaultHeartbeatPrefix
 	}
 	if len(c.Tables) == 0 && c.MessagePrefix == "" {
-		return Config{}, errors.New("decoder config: no outbox tables and no message prefix")
+		return Config{}, &ConfigError{Field: "tables", Err: errors.New("no outbox tables and no message prefix")}
 	}
 	if n.MessagePrefix == n.HeartbeatPrefix {
-		return Config{}, fmt.Errorf("decoder config: message prefix %q is also the heartbeat prefix", n.MessagePrefix)
+		return Config{}, &ConfigError{Field: "message_prefix", Err: fmt.Errorf("message prefix %q is also the heartbeat prefix", n.MessagePrefix)}
 	}
 	seen := make(map[[2]string]bool, len(c.Tables))
 	oids := make(map[uint32]bool, len(c.Tables))
@@ -165,34 +175,34 @@ func (c Config) normalized() (Config, error) {
 			t.Schema = DefaultSchema
 		}
 		if t.Name == "" {
-			return Config{}, fmt.Errorf("decoder config: table %d: empty name", i)
+			return Config{}, &ConfigError{Field: "tables", Err: fmt.Errorf("table %d: empty name", i)}
 		}
 		if t.Columns.isZero() {
 			t.Columns = DefaultColumns()
 		}
 		for _, f := range t.Columns.fields() {
 			if f.required && f.column == "" {
-				return Config{}, fmt.Errorf("decoder config: table %s.%s: column %s is required", t.Schema, t.Name, f.name)
+				return Config{}, &ConfigError{Field: "columns", Err: fmt.Errorf("table %s.%s: column %s is required", t.Schema, t.Name, f.name)}
 			}
 		}
 		// A copy: the caller may reuse its slice after New.
 		t.Columns.HeaderColumns = slices.Clone(t.Columns.HeaderColumns)
 		for j, h := range t.Columns.HeaderColumns {
 			if h == "" {
-				return Config{}, fmt.Errorf("decoder config: table %s.%s: header column %d: empty name", t.Schema, t.Name, j)
+				return Config{}, &ConfigError{Field: "header_columns", Err: fmt.Errorf("table %s.%s: header column %d: empty name", t.Schema, t.Name, j)}
 			}
 			if slices.Contains(t.Columns.HeaderColumns[:j], h) {
-				return Config{}, fmt.Errorf("decoder config: table %s.%s: header column %q listed twice", t.Schema, t.Name, h)
+				return Config{}, &ConfigError{Field: "header_columns", Err: fmt.Errorf("table %s.%s: header column %q listed twice", t.Schema, t.Name, h)}
 			}
 		}
 		k := [2]string{t.Schema, t.Name}
 		if seen[k] {
-			return Config{}, fmt.Errorf("decoder config: table %s.%s listed twice", t.Schema, t.Name)
+			return Config{}, &ConfigError{Field: "tables", Err: fmt.Errorf("table %s.%s listed twice", t.Schema, t.Name)}
 		}
 		seen[k] = true
 		if t.OID != 0 {
 			if oids[t.OID] {
-				return Config{}, fmt.Errorf("decoder config: table %s.%s: OID %d given to two tables", t.Schema, t.Name, t.OID)
+				return Config{}, &ConfigError{Field: "tables", Err: fmt.Errorf("table %s.%s: OID %d given to two tables", t.Schema, t.Name, t.OID)}
 			}
 			oids[t.OID] = true
 		}

@@ -139,18 +139,6 @@ func New(cfg Config) (*Decoder, error) {
 // InTxn reports whether a Begin was decoded and its Commit not yet.
 func (d *Decoder) InTxn() bool { return d.inTxn }
 
-// Reset forgets the relation cache and any open transaction. Call it before
-// feeding the messages of a new replication session: Postgres sends the
-// Relation messages again on each session, and a transaction cut off by a
-// disconnect is sent again from its Begin.
-func (d *Decoder) Reset() {
-	clear(d.rels)
-	d.last = nil
-	d.inTxn = false
-	d.xid = 0
-	d.commitTime = time.Time{}
-}
-
 // Decode decodes one pgoutput message (the WALData of one XLogData) that
 // starts at walStart. It never retains data: everything in out is copied.
 // out is reset first and must not be nil.

@@ -881,19 +881,6 @@ func TestOwnership(t *testing.T) {
 	}
 }
 
-func TestReset(t *testing.T) {
-	d := newTestDecoder(t, true)
-	d.Reset()
-	if d.InTxn() {
-		t.Fatal("in txn after Reset")
-	}
-	var out Output
-	mustDecode(t, d, walBase, encBegin(walBase, commitTime, 1), &out)
-	if err := d.Decode(walBase, encInsert(relOutbox, goodRow()...), &out); !errors.Is(err, ErrUnknownRelation) {
-		t.Fatalf("err = %v, want ErrUnknownRelation", err)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string

@@ -54,7 +54,7 @@
 //     (truncation, unknown message types or relations, Begin inside or Commit
 //     outside a transaction, a mapped column missing from a Relation) is a
 //     *DecodeError wrapping an exported sentinel; the caller must stop, and
-//     call Reset before decoding a new replication session.
+//     decode a new replication session with a new Decoder.
 //   - A problem with the values of one event (NULL aggregate id, bad headers,
 //     invalid bytea, a partition that is not an integer in [0, 2^31-1], ...)
 //     is never an error and never drops the event: the event is returned

@@ -10,7 +10,7 @@ import (
 
 // Stream-level errors. Decode returns them wrapped in a *DecodeError; the
 // stream cannot be trusted past such an error, so the caller stops (and, after
-// reconnecting, calls Reset). Test with errors.Is.
+// reconnecting, decodes the new session with a new Decoder). Test with errors.Is.
 var (
 	// ErrTruncated: the message ends before a field it declares.
 	ErrTruncated = errors.New("truncated message")
@@ -19,7 +19,7 @@ var (
 	// decoder is for streaming off).
 	ErrUnknownMessage = errors.New("unknown message type")
 	// ErrUnknownRelation: a change refers to a relation ID for which no
-	// Relation message was seen since the decoder was created or Reset.
+	// Relation message was seen since the decoder was created.
 	ErrUnknownRelation = errors.New("unknown relation")
 	// ErrMissingColumn: a Relation message for a configured outbox table lacks
 	// a mapped column (dropped, renamed, or excluded by a publication column

@@ -99,36 +99,47 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports a configuration that cannot work, naming the key.
+// SettingError is a Config value Validate refuses. Setting names it as
+// walrelay's flags do (postgres-dsn, slot, publication, table,
+// status-interval); Err says why.
+type SettingError struct {
+	Setting string
+	Err     error
+}
+
+func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// Validate reports a configuration that cannot work as a *SettingError.
 func (c Config) Validate() error {
 	if c.DSN == "" {
-		return errors.New("postgres-dsn: required (set --postgres-dsn or WALRELAY_POSTGRES_DSN)")
+		return &SettingError{"postgres-dsn", errors.New("required (set --postgres-dsn or WALRELAY_POSTGRES_DSN)")}
 	}
 	if _, err := pgconn.ParseConfig(c.DSN); err != nil {
-		return fmt.Errorf("postgres-dsn: %w", err)
+		return &SettingError{"postgres-dsn", err}
 	}
 	for _, n := range []struct{ key, v string }{{"slot", c.Slot}, {"publication", c.Publication}} {
 		if n.v == "" {
 			continue
 		}
 		if err := ValidateIdentifier(n.v); err != nil {
-			return fmt.Errorf("%s: %w", n.key, err)
+			return &SettingError{n.key, err}
 		}
 	}
 	if n := c.Slot; n != "" {
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-				return fmt.Errorf("slot: %q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. --slot %s", n, suggestSlot(n))
+				return &SettingError{"slot", fmt.Errorf("%q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. --slot %s", n, suggestSlot(n))}
 			}
 		}
 	}
 	for _, t := range c.Tables {
 		if _, err := ParseTable(t); err != nil {
-			return fmt.Errorf("table: %w", err)
+			return &SettingError{"table", err}
 		}
 	}
 	if c.StatusInterval < 0 || c.KeepaliveInterval < 0 || c.ShutdownTimeout < 0 || c.Batches < 0 || c.BatchBytes < 0 {
-		return errors.New("replication intervals and sizes must not be negative")
+		return &SettingError{"status-interval", errors.New("replication intervals and sizes must not be negative")}
 	}
 	return nil
 }
@@ -192,6 +203,10 @@ type PrereqError struct {
 	Fix     string
 	Err     error // the underlying error, if any
 }
+
+// ErrMissing is the cause of a *PrereqError for an outbox table, publication
+// or slot that does not exist.
+var ErrMissing = errors.New("does not exist")
 
 func (e *PrereqError) Error() string {
 	return fmt.Sprintf("%s: %s; fix: %s", e.Check, e.Problem, e.Fix)
@@ -448,7 +463,7 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	}
 	if oid == 0 {
 		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
-			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table (if you renamed or moved it, at its new name, or rename it back)", t)}
+			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table (if you renamed or moved it, at its new name, or rename it back)", t), Err: ErrMissing}
 	}
 	return uint32(oid), nil
 }
@@ -466,7 +481,7 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 	if len(rows) == 0 {
 		if c.cfg.NoCreatePublication {
 			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
-				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables())}
+				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables()), Err: ErrMissing}
 		}
 		if err := c.checkCanCreatePublication(ctx, ident); err != nil {
 			return err
@@ -664,7 +679,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 		}
 		if c.cfg.NoCreateSlot {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
-				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or start walrelay with --create-slot (only events written after its creation are relayed)", slot)}
+				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or start walrelay with --create-slot (only events written after its creation are relayed)", slot), Err: ErrMissing}
 		}
 		var res pglogrepl.CreateReplicationSlotResult
 		if c.cfg.SlotFailover {
@@ -779,8 +794,7 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	pubCfg := *c
 	pubCfg.cfg.NoCreatePublication = true
 	if err := pubCfg.ensurePublication(ctx); err != nil {
-		var pe *PrereqError
-		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreatePublication {
+		if errors.Is(err, ErrMissing) && !cfg.NoCreatePublication {
 			if err := c.checkCanCreatePublication(ctx, pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
 				add("publication", err, "")
 			} else {
@@ -795,8 +809,7 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	slotCfg := *c
 	slotCfg.cfg.NoCreateSlot = true
 	if err := slotCfg.ensureSlot(ctx); err != nil {
-		var pe *PrereqError
-		if errors.As(err, &pe) && strings.Contains(pe.Problem, "does not exist") && !cfg.NoCreateSlot {
+		if errors.Is(err, ErrMissing) && !cfg.NoCreateSlot {
 			add("slot", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Slot))
 		} else {
 			add("slot", err, "")

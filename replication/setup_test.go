@@ -48,7 +48,7 @@ func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(*Config)
-		key    string // prefix of the error; "" means valid
+		key    string // SettingError.Setting; "" means valid
 	}{
 		{"valid", func(*Config) {}, ""},
 		{"no dsn", func(c *Config) { c.DSN = "" }, "postgres-dsn"},
@@ -56,7 +56,7 @@ func TestConfigValidate(t *testing.T) {
 		{"upper case slot", func(c *Config) { c.Slot = "Walrelay" }, "slot"},
 		{"long publication", func(c *Config) { c.Publication = string(make([]byte, 64)) }, "publication"},
 		{"bad table", func(c *Config) { c.Tables = []string{"a.b.c"} }, "table"},
-		{"negative interval", func(c *Config) { c.StatusInterval = -1 }, "replication"},
+		{"negative interval", func(c *Config) { c.StatusInterval = -1 }, "status-interval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +69,9 @@ func TestConfigValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || len(err.Error()) < len(tc.key) || err.Error()[:len(tc.key)] != tc.key {
-				t.Fatalf("err = %v, want it to start with %q", err, tc.key)
+			var se *SettingError
+			if !errors.As(err, &se) || se.Setting != tc.key || !strings.HasPrefix(err.Error(), tc.key+": ") {
+				t.Fatalf("err = %v, want a *SettingError for %q", err, tc.key)
 			}
 		})
 	}

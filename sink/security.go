@@ -96,9 +96,9 @@ func (c SASLConfig) mechanism() string {
 	return m
 }
 
-// SettingError is a security setting that cannot work. Setting is the
-// walrelay setting to change (flag name without dashes, e.g.
-// "sasl-password"); Err says why.
+// SettingError is a setting that cannot work. Setting names it as
+// walrelay's flags do, without the kafka- prefix ("brokers", "tls-ca-file",
+// "sasl-password", "table-topics" for TableTopics); Err says why.
 type SettingError struct {
 	Setting string
 	Err     error

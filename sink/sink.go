@@ -95,52 +95,53 @@ type Config struct {
 	TopicRefreshInterval time.Duration
 }
 
-// Validate reports a configuration that cannot work, naming the key.
+// Validate reports a configuration that cannot work as a *SettingError
+// naming the setting.
 func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
-		return errors.New("kafka brokers: none given (set --kafka-brokers host:port)")
+		return settingErr("brokers", "none given (set --kafka-brokers host:port)")
 	}
 	for _, b := range c.Brokers {
 		host, port, err := net.SplitHostPort(b)
 		if err != nil || host == "" {
-			return fmt.Errorf("kafka brokers: %q is not host:port", b)
+			return settingErr("brokers", "%q is not host:port", b)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-			return fmt.Errorf("kafka brokers: %q has no valid port", b)
+			return settingErr("brokers", "%q has no valid port", b)
 		}
 	}
 	if _, err := codec(c.Compression); err != nil {
-		return err
+		return &SettingError{Setting: "compression", Err: err}
 	}
 	if c.Topic != "" {
 		if _, err := ParseTemplate(c.Topic); err != nil {
-			return err
+			return &SettingError{Setting: "topic", Err: err}
 		}
 	}
 	for table, t := range c.TableTopics {
 		if _, err := ParseTemplate(t); err != nil {
-			return fmt.Errorf("topic template for %s: %w", table, err)
+			return settingErr("table-topics", "%s: %w", table, err)
 		}
 	}
 	if c.DLQTopic != "" {
 		if err := ValidateTopic(c.DLQTopic); err != nil {
-			return fmt.Errorf("dead-letter topic: %w", err)
+			return &SettingError{Setting: "dlq-topic", Err: err}
 		}
 	}
 	if c.Linger < 0 || c.Linger > time.Minute {
-		return fmt.Errorf("kafka linger: %v is not between 0 and 1m", c.Linger)
+		return settingErr("linger", "%v is not between 0 and 1m", c.Linger)
 	}
 	if c.BatchMaxBytes != 0 && (c.BatchMaxBytes < 512 || c.BatchMaxBytes > 1<<30) {
-		return fmt.Errorf("kafka batch max bytes: %d is not between 512 and 1 GiB", c.BatchMaxBytes)
+		return settingErr("batch-max-bytes", "%d is not between 512 and 1 GiB", c.BatchMaxBytes)
 	}
 	if c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
-		return errors.New("kafka: buffer sizes must not be negative")
+		return settingErr("max-buffered", "buffer sizes must not be negative")
 	}
 	if c.TopicLookupTimeout < 0 || c.TopicRefreshInterval < 0 {
-		return errors.New("kafka: topic lookup timeout and refresh interval must not be negative")
+		return settingErr("topic-lookup", "topic lookup timeout and refresh interval must not be negative")
 	}
 	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
-		return errors.New("kafka: topic partitions and replication factor must be -1 (broker default) or positive")
+		return settingErr("topic-partitions", "topic partitions and replication factor must be -1 (broker default) or positive")
 	}
 	return c.validateSecurity()
 }
@@ -205,7 +206,7 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	case "snappy":
 		return kgo.SnappyCompression(), nil
 	}
-	return kgo.CompressionCodec{}, fmt.Errorf("kafka compression: %q is not one of none, gzip, snappy, lz4, zstd", name)
+	return kgo.CompressionCodec{}, fmt.Errorf("%q is not one of none, gzip, snappy, lz4, zstd", name)
 }
 
 // Option sets an optional collaborator.

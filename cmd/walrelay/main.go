@@ -7,13 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := relay.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -16,12 +16,6 @@ import (
 	"github.com/walrelay/walrelay/sink"
 )
 
-// Delivery modes (--delivery).
-const (
-	DeliveryAtLeastOnce = "at-least-once"
-	DeliveryExactlyOnce = "exactly-once"
-)
-
 // FencedError stops a relay whose transactional producer another instance
 // fenced: that instance owns the slot now.
 type FencedError struct{ Err error }
@@ -112,25 +106,13 @@ type txnProducer struct {
 	overdue bool         // the interval passed inside a Postgres transaction
 }
 
-func newTxnProducer(cfg Config, s eosSink, produceCtx context.Context, log *slog.Logger) *txnProducer {
+func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, log *slog.Logger) *txnProducer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	max := cfg.TxnMaxRecords
-	if max <= 0 {
-		max = cfg.MaxInFlight / 2
-	}
-	return &txnProducer{sink: s, log: log, topic: cfg.CheckpointTopic, rf: int16(cfg.CheckpointReplicationFactor),
-		slot: cfg.Slot, interval: cfg.TxnCommitInterval, maxRecords: max, maxInFlight: cfg.MaxInFlight,
-		produceCtx: produceCtx, timeout: cfg.KafkaTimeout, timer: t, txnID: transactionalID(cfg)}
-}
-
-// transactionalID is the transactional.id: configured, or derived from the
-// slot so that every instance serving the slot fences the others.
-func transactionalID(cfg Config) string {
-	if cfg.TransactionalID != "" {
-		return cfg.TransactionalID
-	}
-	return "walrelay-" + cfg.Slot
+	x := opts.ExactlyOnce
+	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
+		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.MaxInFlight,
+		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID}
 }
 
 // startSession restarts the tracker at the slot's position: anything an
@@ -138,7 +120,7 @@ func transactionalID(cfg Config) string {
 // touch Kafka: a session that finds the slot held by another instance
 // (standby) must not fence that instance's producer.
 func (t *txnProducer) startSession(r *runner, conn *replication.Conn) error {
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.cfg.MaxInFlight}, conn.Start)
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.opts.MaxInFlight}, conn.Start)
 	if err != nil {
 		return err
 	}
@@ -394,31 +376,4 @@ func (p *pipeline) eosDue(ctx context.Context) error {
 		return nil
 	}
 	return p.eos.commit(ctx)
-}
-
-// validateDelivery checks --delivery and the exactly-once settings.
-func (c Config) validateDelivery() error {
-	bad := func(key string, format string, a ...any) error {
-		return &ConfigError{Key: key, Err: fmt.Errorf(format, a...)}
-	}
-	switch c.Delivery {
-	case DeliveryAtLeastOnce:
-		return nil
-	case DeliveryExactlyOnce:
-	default:
-		return bad("delivery", "must be at-least-once or exactly-once, got %q", c.Delivery)
-	}
-	if err := sink.ValidateTopic(c.CheckpointTopic); err != nil {
-		return bad("checkpoint-topic", "%v", err)
-	}
-	if c.CheckpointReplicationFactor == 0 || c.CheckpointReplicationFactor < -1 || c.CheckpointReplicationFactor > 32767 {
-		return bad("checkpoint-replication-factor", "must be -1 (broker default) or positive, got %d", c.CheckpointReplicationFactor)
-	}
-	if c.TxnCommitInterval <= 0 {
-		return bad("txn-commit-interval", "must be positive")
-	}
-	if c.TxnMaxRecords < 0 || c.TxnMaxRecords >= c.MaxInFlight {
-		return bad("txn-max-records", "must be 0 (half of max-in-flight) or below max-in-flight (%d), got %d", c.MaxInFlight, c.TxnMaxRecords)
-	}
-	return nil
 }

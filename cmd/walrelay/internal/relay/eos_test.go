@@ -72,12 +72,10 @@ func (f *fakeTxnSink) EndTxn(_ context.Context, commit bool) error {
 }
 
 func newTestTxnProducer(f *fakeTxnSink, maxRecords int) *txnProducer {
-	cfg := Defaults()
-	cfg.Slot = "s"
-	cfg.Delivery = DeliveryExactlyOnce
-	cfg.TxnMaxRecords = maxRecords
-	cfg.TxnCommitInterval = time.Hour
-	return newTxnProducer(cfg, f, context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	opts := Options{Replication: replication.Config{Slot: "s"}, MaxInFlight: 10000, KafkaTimeout: 15 * time.Second,
+		ExactlyOnce: &ExactlyOnce{TransactionalID: "walrelay-s", CheckpointTopic: sink.DefaultCheckpointTopic, CheckpointReplicationFactor: -1,
+			CommitInterval: time.Hour, MaxRecords: maxRecords}}
+	return newTxnProducer(opts, f, context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // Records are acknowledged (their done runs) only after the Kafka
@@ -203,38 +201,6 @@ func TestTxnProducerReserve(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("no error for a transaction larger than max-in-flight")
-	}
-}
-
-func TestValidateDelivery(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		mod  func(*Config)
-		key  string
-	}{
-		{"default", func(*Config) {}, ""},
-		{"eos", func(c *Config) { c.Delivery = DeliveryExactlyOnce }, ""},
-		{"bad mode", func(c *Config) { c.Delivery = "exactly_once" }, "delivery"},
-		{"bad topic", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointTopic = "a b" }, "checkpoint-topic"},
-		{"bad rf", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointReplicationFactor = 0 }, "checkpoint-replication-factor"},
-		{"bad interval", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnCommitInterval = 0 }, "txn-commit-interval"},
-		{"max records", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnMaxRecords = c.MaxInFlight }, "txn-max-records"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := Defaults()
-			tc.mod(&c)
-			err := c.validateDelivery()
-			var ce *ConfigError
-			switch {
-			case tc.key == "" && err != nil:
-				t.Fatalf("unexpected error %v", err)
-			case tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key):
-				t.Fatalf("error %v, want one for key %s", err, tc.key)
-			}
-		})
-	}
-	if id := transactionalID(Config{Slot: "orders"}); id != "walrelay-orders" {
-		t.Errorf("transactionalID = %q", id)
 	}
 }
 

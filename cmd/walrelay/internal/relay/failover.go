@@ -40,13 +40,13 @@ func (r *runner) adopt(conn *replication.Conn) error {
 		return nil
 	}
 	old := r.tr
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.cfg.MaxInFlight}, conn.Start)
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.opts.MaxInFlight}, conn.Start)
 	if err != nil {
 		return err
 	}
 	r.log.Warn("postgres has another WAL history (failover to another cluster or a promoted standby): "+
 		"dropping the in-memory position and resuming from the slot's position on the new server",
-		"slot", r.cfg.Slot,
+		"slot", r.rcfg.Slot,
 		"old_system_id", r.system.SystemID, "old_timeline", r.system.Timeline,
 		"new_system_id", conn.System.SystemID, "new_timeline", conn.System.Timeline,
 		"old_lsn", old.Watermark().String(), "old_in_flight", old.InFlight(), "lsn", conn.Start.String())

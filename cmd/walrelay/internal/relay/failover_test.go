@@ -49,7 +49,7 @@ func TestAdoptDropsPositionOnAnotherWALHistory(t *testing.T) {
 	var walEnd atomic.Uint64
 	walEnd.Store(0x9000)
 	a1 := replication.Identity{SystemID: "7000000000000000001", Timeline: 1}
-	r := &runner{cfg: Config{Slot: "s", MaxInFlight: 10}, log: slog.New(slog.NewJSONHandler(&logs, nil)), tr: tr,
+	r := &runner{opts: Options{MaxInFlight: 10}, rcfg: replication.Config{Slot: "s"}, log: slog.New(slog.NewJSONHandler(&logs, nil)), tr: tr,
 		cur: newTrackerRef(tr), system: a1, walEnd: &walEnd}
 
 	// Reconnect to the same server (a restart): nothing changes.

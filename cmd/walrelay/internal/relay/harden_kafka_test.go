@@ -33,7 +33,7 @@ func newKfake(t *testing.T) *kfake.Cluster {
 // acknowledged early.
 func (f *relayFixture) notConfirmed(t *testing.T, end pglogrepl.LSN, what string) {
 	t.Helper()
-	if c := f.pg.confirmed(f.name); c >= end {
+	if c := f.pg.Confirmed(f.name); c >= end {
 		t.Fatalf("confirmed_flush_lsn reached %v, the end of %s (committed before %v)", c, what, end)
 	}
 }
@@ -81,10 +81,10 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 
 	f := startRelay(t, "relay_outage", cluster)
 	pg := f.pg
-	start := pg.insertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	start := pg.InsertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-1", 3)
-	after := pg.insertLSN()
+	after := pg.InsertLSN()
 
 	waitFor(t, 20*time.Second, "four refused topic creations", func() bool {
 		f.relayRunning(t, "while Kafka fails the topic's creation")
@@ -103,9 +103,9 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	if len(recs) != 3 || len(seen) != 3 {
 		t.Fatalf("got %d records with %d distinct ids, want 3 events exactly once", len(recs), len(seen))
 	}
-	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.confirmed(f.name) >= after })
+	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
 	f.relayRunning(t, "after Kafka answered again")
-	t.Logf("%d refused creations retried; confirmed %v after (transaction ended before %v)", refusals(), pg.confirmed(f.name), after)
+	t.Logf("%d refused creations retried; confirmed %v after (transaction ended before %v)", refusals(), pg.Confirmed(f.name), after)
 	f.cancel()
 	err := <-f.done
 	f.done <- err
@@ -125,10 +125,10 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 
 	f := startRelay(t, "relay_outstop", cluster)
 	pg := f.pg
-	start := pg.insertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	start := pg.InsertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-1", 2)
-	after := pg.insertLSN()
+	after := pg.InsertLSN()
 	waitFor(t, 20*time.Second, "a refused topic creation", func() bool { return h.Hits() >= 1 })
 	time.Sleep(500 * time.Millisecond) // into the retry loop
 	f.relayRunning(t, "while Kafka fails the topic's creation")
@@ -177,14 +177,14 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 				resp.Topics = append(resp.Topics, rt)
 				return resp, nil, true
 			})
-			f := startRelay(t, name, cluster, func(c *Config) { c.OnPoison = policy })
+			f := startRelay(t, name, cluster, func(o *Options) { o.OnPoison = policy })
 			pg := f.pg
-			start := pg.insertLSN()
-			waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
-			pg.exec("INSERT INTO public." + name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('refused', 'r-1', 'created', '{}')")
-			afterRefused := pg.insertLSN()
+			start := pg.InsertLSN()
+			waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+			pg.Exec("INSERT INTO public." + name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('refused', 'r-1', 'created', '{}')")
+			afterRefused := pg.InsertLSN()
 			f.insertTxn(t, "agg-1", 2) // aggregate type order
-			after := pg.insertLSN()
+			after := pg.InsertLSN()
 
 			if policy == OnPoisonStop {
 				var err error
@@ -213,7 +213,7 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 				t.Errorf("dead letter %s = %q, want the broker's code and message %q", sink.HeaderDLQError, e, msg)
 			}
 			consumeAll(t, cluster.ListenAddrs(), name+".order", 2)
-			waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.confirmed(f.name) >= after })
+			waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.Confirmed(f.name) >= after })
 			f.relayRunning(t, "after dead-lettering")
 		})
 	}
@@ -228,10 +228,10 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: sink.DefaultDLQTopic, Err: kerr.ThrottlingQuotaExceeded, Count: -1})
 	f := startRelay(t, "relay_dlqout", cluster)
 	pg := f.pg
-	start := pg.insertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
-	pg.exec("INSERT INTO public." + f.name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
-	after := pg.insertLSN()
+	start := pg.InsertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	pg.Exec("INSERT INTO public." + f.name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
+	after := pg.InsertLSN()
 	waitFor(t, 20*time.Second, "three refused creations of the dead-letter topic", func() bool {
 		f.relayRunning(t, "while Kafka fails the dead-letter topic's creation")
 		return h.Hits() >= 3
@@ -242,6 +242,6 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	if got := headerValue(dl[0], sink.HeaderDLQReason); got != "empty_aggregate_id" {
 		t.Errorf("dead letter reason %q, want empty_aggregate_id", got)
 	}
-	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.confirmed(f.name) >= after })
+	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
 	f.relayRunning(t, "after the dead letter")
 }

@@ -9,9 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// heartbeatPrefix is the logical message prefix of walrelay heartbeats.
-const heartbeatPrefix = "walrelay.heartbeat"
-
 // heartbeat writes a transactional logical message every interval until ctx
 // is done. Each one is a small transaction in the slot's stream: it keeps an
 // idle slot moving and measures emit-to-decode latency. Failures are logged
@@ -19,7 +16,7 @@ const heartbeatPrefix = "walrelay.heartbeat"
 func heartbeat(ctx context.Context, dsn string, interval time.Duration, m *metrics, log *slog.Logger) {
 	periodic{dsn: dsn, interval: interval, timeout: interval,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
-			sql := "SELECT pg_logical_emit_message(true, '" + heartbeatPrefix + "', '" + strconv.FormatInt(time.Now().UnixNano(), 10) + "')"
+			sql := "SELECT pg_logical_emit_message(true, '" + HeartbeatPrefix + "', '" + strconv.FormatInt(time.Now().UnixNano(), 10) + "')"
 			_, err := conn.Exec(ctx, sql).ReadAll()
 			return err
 		},

@@ -22,7 +22,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPP
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, &ConfigError{Key: "metrics-addr", Err: err}
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -46,42 +46,31 @@ func newCountingListener(t *testing.T) *countingListener {
 	return c
 }
 
-// TestInvalidConfigFailsAtStart: a configuration the decoder refuses
-// (--header-columns trace,trace) is refused by Load and by Run before any
-// connection to Postgres or Kafka, as a *ConfigError naming the key; it never
-// reaches a replication session (where it used to fail in every session and
-// be retried forever).
+// TestInvalidConfigFailsAtStart: options the decoder refuses (duplicate
+// header columns) are refused by Run before any connection to Postgres or
+// Kafka, as an *OptionError naming the Decoder; they never reach a
+// replication session (where they used to fail in every session and be
+// retried forever). The command refuses the same setting earlier still
+// (config.TestInvalidConfigFailsAtLoad).
 func TestInvalidConfigFailsAtStart(t *testing.T) {
 	pg, kafka := newCountingListener(t), newCountingListener(t)
 	dsn := fmt.Sprintf("postgres://walrelay@%s/app?sslmode=disable&connect_timeout=2", pg.l.Addr())
-	args := []string{"--postgres-dsn", dsn, "--kafka-brokers", kafka.l.Addr().String(), "--header-columns", "trace,trace"}
-
-	t.Run("Load", func(t *testing.T) {
-		_, err := Load(args, envMap(nil), io.Discard)
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Key != "header-columns" || !strings.Contains(err.Error(), `"trace" listed twice`) {
-			t.Fatalf("Load(%q) = %v; want a *ConfigError for header-columns naming the duplicate", args, err)
-		}
-	})
-
-	t.Run("Run", func(t *testing.T) {
-		cfg := Defaults()
-		cfg.PostgresDSN, cfg.KafkaBrokers = dsn, []string{kafka.l.Addr().String()}
-		cfg.HeaderColumns = []string{"trace", "trace"}
-		cfg.MetricsAddr, cfg.HeartbeatInterval, cfg.KafkaTimeout = "", 0, 2*time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		start := time.Now()
-		err := Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Fatalf("Run returned %v (%T) after %v; want a *ConfigError", err, err, time.Since(start).Round(time.Millisecond))
-		}
-		if n, m := pg.n.Load(), kafka.n.Load(); n != 0 || m != 0 {
-			t.Fatalf("Run connected %d times to Postgres and %d times to Kafka before refusing; want none", n, m)
-		}
-		t.Logf("refused at start in %v: %v", time.Since(start).Round(time.Millisecond), err)
-	})
+	opts := testOptions(dsn, []string{kafka.l.Addr().String()}, "invalid")
+	opts.Decoder.Tables[0].Columns.HeaderColumns = []string{"trace", "trace"}
+	opts.KafkaTimeout = 2 * time.Second
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := Run(ctx, opts)
+	var oe *OptionError
+	if !errors.As(err, &oe) || oe.Option != "Decoder" || !strings.Contains(err.Error(), "trace") {
+		t.Fatalf("Run returned %v (%T) after %v; want an *OptionError for Decoder naming the duplicate", err, err, time.Since(start).Round(time.Millisecond))
+	}
+	if n, m := pg.n.Load(), kafka.n.Load(); n != 0 || m != 0 {
+		t.Fatalf("Run connected %d times to Postgres and %d times to Kafka before refusing; want none", n, m)
+	}
+	t.Logf("refused at start in %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
 
 // TestReconnectClassifier: only known transient failures make the relay

@@ -139,7 +139,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	for _, r := range roles {
 		m.role.WithLabelValues(r)
 	}
-	version, revision := buildVersion()
+	version, revision := BuildVersion()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
@@ -172,10 +172,19 @@ func (m *metrics) setRole(role string) {
 	}
 }
 
-// buildVersion returns the version set at build time (Version, see the
+// Version is set at build time by `make build`:
+// -ldflags "-X github.com/walrelay/walrelay/cmd/walrelay/internal/relay.Version=$(git describe --tags --always --dirty)".
+// Left at "dev", walrelay reports the VCS revision Go embedded instead.
+var Version = "dev"
+
+// Revision is the VCS revision, set by `make build` like Version (-X ...relay.Revision=$(git rev-parse HEAD)).
+// Left empty, walrelay uses the revision Go embedded, if any.
+var Revision = ""
+
+// BuildVersion returns the version set at build time (Version, see the
 // Makefile's build target) or, for a plain `go build`, the VCS revision Go
 // embedded; and the revision (Revision, else Go's, else "unknown").
-func buildVersion() (version, revision string) {
+func BuildVersion() (version, revision string) {
 	version, revision = Version, Revision
 	if revision == "" {
 		revision = "unknown"

@@ -115,11 +115,11 @@ func TestBuildVersion(t *testing.T) {
 	old := Version
 	t.Cleanup(func() { Version = old })
 	Version = "v1.2.3-4-gabc"
-	if v, _ := buildVersion(); v != "v1.2.3-4-gabc" {
+	if v, _ := BuildVersion(); v != "v1.2.3-4-gabc" {
 		t.Errorf("with -X Version: got %q", v)
 	}
 	Version = "dev"
-	if v, rev := buildVersion(); v == "" || (rev != "unknown" && !strings.HasPrefix(rev, strings.TrimSuffix(v, "-dirty"))) {
+	if v, rev := BuildVersion(); v == "" || (rev != "unknown" && !strings.HasPrefix(rev, strings.TrimSuffix(v, "-dirty"))) {
 		t.Errorf("without -X: version %q, revision %q", v, rev)
 	}
 }

@@ -31,12 +31,6 @@ const (
 	kafkaRetryMax = 10 * time.Second
 )
 
-// Poison policies (--on-poison).
-const (
-	OnPoisonDLQ  = "dlq"
-	OnPoisonStop = "stop"
-)
-
 // batchSource is what the pipeline needs from the replication stream.
 type batchSource interface {
 	Batches() <-chan *replication.Batch

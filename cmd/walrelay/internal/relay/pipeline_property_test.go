@@ -167,7 +167,7 @@ func pipelineProperty(t *testing.T, seed uint64) propStats {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
 	wal := genWAL(rng, 5+rng.IntN(40))
 	const relID = 16384
-	dcfg := decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "outbox"}}, HeartbeatPrefix: heartbeatPrefix}
+	dcfg := decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "outbox"}}, HeartbeatPrefix: HeartbeatPrefix}
 	slotPos := wal.txns[0].begin - 1
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: 2 + rng.IntN(12)}, slotPos)
 	if err != nil {

@@ -36,13 +36,6 @@ func resetBackoff(wait time.Duration, streamed bool, lasted time.Duration) time.
 	return wait
 }
 
-// StartupError is a failure before streaming began: bad prerequisites or an
-// unreachable Postgres or Kafka. walrelay exits on it instead of retrying.
-type StartupError struct{ Err error }
-
-func (e *StartupError) Error() string { return e.Err.Error() }
-func (e *StartupError) Unwrap() error { return e.Err }
-
 // position adapts the tracker and sink to replication.Position.
 type position struct {
 	tr      *checkpoint.Tracker
@@ -55,37 +48,35 @@ func (p position) Settled() bool            { return p.stopped.Load() && p.sink.
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a
 // failure it cannot retry. It reconnects to Postgres with backoff after the
-// stream started once.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	if err := cfg.Validate(); err != nil {
+// stream started once. Failures before streaming began (bad prerequisites,
+// Postgres or Kafka unreachable) are returned at once.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := opts.validate(); err != nil {
 		return err
 	}
-	dcfg, err := cfg.decoderConfig()
-	if err != nil {
-		return err
-	}
+	opts.Decoder.HeartbeatPrefix = HeartbeatPrefix
 	// The whole decoder configuration is checked before any connection: a
 	// session must never be the first to find it invalid.
-	if _, err := decoder.New(dcfg); err != nil {
-		return &ConfigError{Key: "table", Err: err}
+	if _, err := decoder.New(opts.Decoder); err != nil {
+		return &OptionError{Option: "Decoder", Err: err}
 	}
+	log, slot := opts.Logger, opts.Replication.Slot
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, cfg.Slot)
+	m := newMetrics(reg, slot)
 
 	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() })}
-	if cfg.Delivery == DeliveryExactlyOnce {
-		sopts = append(sopts, sink.WithTransactionalID(transactionalID(cfg)))
+	if opts.ExactlyOnce != nil {
+		sopts = append(sopts, sink.WithTransactionalID(opts.ExactlyOnce.TransactionalID))
 	}
-	snk, err := sink.New(cfg.sinkConfig(), sopts...)
+	snk, err := sink.New(opts.Sink, sopts...)
 	if err != nil {
-		var se *sink.SettingError // a TLS or secret file that cannot be read
-		if errors.As(err, &se) {
-			return classifySinkErr(err)
-		}
-		return err
+		return err // a *sink.SettingError names the setting (a TLS or secret file that cannot be read)
 	}
 	defer snk.Close()
-	pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
+	pctx, cancel := context.WithTimeout(ctx, opts.KafkaTimeout)
 	err = snk.Ping(pctx)
 	cancel()
 	if err != nil {
@@ -94,30 +85,30 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		var se *sink.SecurityError
 		if errors.As(err, &se) { // its message names the setting to fix
-			return &StartupError{err}
+			return err
 		}
-		return &StartupError{fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)}
+		return fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)
 	}
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	stopHTTP, err := serveHTTP(cfg.MetricsAddr, reg, &ready, cfg.PProf, log)
+	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, opts.PProf, log)
 	if err != nil {
-		return &StartupError{err}
+		return &OptionError{Option: "MetricsAddr", Err: err}
 	}
 	defer stopHTTP()
-	stopPoll := startSlotPoll(ctx, cfg, m, log)
+	stopPoll := startSlotPoll(ctx, opts, m)
 	defer stopPoll()
 
-	rcfg := cfg.replicationConfig()
+	rcfg := opts.Replication
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return &StartupError{err}
+		return err
 	}
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: cfg.MaxInFlight}, conn.Start)
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: opts.MaxInFlight}, conn.Start)
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return err
@@ -125,7 +116,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cur := newTrackerRef(tr)
 	registerPosition(reg, cur, &walEnd)
 	if conn.Created {
-		log.Info("created replication slot", "slot", cfg.Slot, "lsn", conn.Start.String())
+		log.Info("created replication slot", "slot", slot, "lsn", conn.Start.String())
 	}
 	// From now on the slot holds the position of events not yet confirmed.
 	// If it vanishes (dropped by someone), recreating it would silently skip
@@ -135,8 +126,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	if cfg.HeartbeatInterval > 0 {
-		go heartbeat(hbCtx, cfg.PostgresDSN, cfg.HeartbeatInterval, m, log)
+	if opts.HeartbeatInterval > 0 {
+		go heartbeat(hbCtx, rcfg.DSN, opts.HeartbeatInterval, m, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are
@@ -146,24 +137,31 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
-	r := &runner{cfg: cfg, dcfg: dcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(cfg.StandbyRetryInterval, cfg.Slot, m, log),
+	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
 		cur: cur, system: conn.System, confirmed: conn.Start}
-	if cfg.Delivery == DeliveryExactlyOnce {
-		r.eos = newTxnProducer(cfg, snk, produceCtx, log)
+	if opts.ExactlyOnce != nil {
+		r.eos = newTxnProducer(opts, snk, produceCtx, log)
 	}
+	return r.loop(ctx, conn)
+}
+
+// loop runs sessions, the first over conn, reconnecting after each one that
+// ended with a retryable failure, until ctx is done (nil) or a failure it
+// must not retry.
+func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
 	backoff := backoffMin
 	for {
 		start := time.Now()
 		err := r.session(ctx, conn)
-		streamed := ready.Swap(false)
-		m.ready.Set(0)
+		streamed := r.ready.Swap(false)
+		r.m.ready.Set(0)
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
 			if !streamed {
-				r.finishBetweenSessions(rcfg)
+				r.finishBetweenSessions()
 			}
 			return nil
 		}
@@ -176,33 +174,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		r.tr.Abort() // the half-read transaction is read again from the slot
 		backoff = resetBackoff(backoff, streamed, time.Since(start))
 		wait, standingBy := r.sb.after(err, backoff)
-		for {
-			select {
-			case <-ctx.Done():
-				r.finishBetweenSessions(rcfg)
-				return nil
-			case <-time.After(wait):
-			}
-			if !standingBy {
-				backoff = min(backoff*2, backoffMax)
-			}
-			wait, standingBy = backoff, false
-			conn, err = replication.Open(ctx, rcfg)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				r.finishBetweenSessions(rcfg)
-				return nil
-			}
-			if ferr := r.stopIfFenced(err); ferr != nil {
-				return ferr
-			}
-			if !reconnectable(err) {
-				return err
-			}
-			log.Warn("reconnect to postgres failed", "slot", cfg.Slot, "error", err, "retry_in", backoff.String())
+		if conn, err = r.reconnect(ctx, wait, standingBy, &backoff); conn == nil {
+			return err // nil: ctx ended and the final position was confirmed
 		}
+	}
+}
+
+// reconnect waits (wait first, then the growing backoff) and opens a new
+// replication connection, until one opens, ctx ends (nil, nil: the final
+// position was confirmed) or a failure that must not be retried.
+func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy bool, backoff *time.Duration) (*replication.Conn, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			r.finishBetweenSessions()
+			return nil, nil
+		case <-time.After(wait):
+		}
+		if !standingBy {
+			*backoff = min(*backoff*2, backoffMax)
+		}
+		wait, standingBy = *backoff, false
+		conn, err := replication.Open(ctx, r.rcfg)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			r.finishBetweenSessions()
+			return nil, nil
+		}
+		if ferr := r.stopIfFenced(err); ferr != nil {
+			return nil, ferr
+		}
+		if !reconnectable(err) {
+			return nil, err
+		}
+		r.log.Warn("reconnect to postgres failed", "slot", r.rcfg.Slot, "error", err, "retry_in", backoff.String())
 	}
 }
 
@@ -214,8 +221,8 @@ func (e *deliveryError) Error() string { return e.err.Error() }
 func (e *deliveryError) Unwrap() error { return e.err }
 
 type runner struct {
-	cfg           Config
-	dcfg          decoder.Config
+	opts          Options
+	rcfg          replication.Config // for reconnects: never creates the slot
 	log           *slog.Logger
 	m             *metrics
 	sink          *sink.Sink
@@ -240,7 +247,7 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		_ = conn.Close(context.Background())
 		return err
 	}
-	dec, err := decoder.New(withTableOIDs(r.dcfg, conn.TableOIDs, conn.OIDsReadAt))
+	dec, err := decoder.New(withTableOIDs(r.opts.Decoder, conn.TableOIDs, conn.OIDsReadAt))
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return err
@@ -264,7 +271,7 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 			r.m.ready.Set(1)
 			r.sb.streaming()
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, sink: prod, onPoison: r.cfg.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
+	p := &pipeline{dec: dec, tr: r.tr, sink: prod, onPoison: r.opts.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
 		walEnd: r.walEnd, failed: failed, fail: fail, eos: r.eos}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -297,5 +304,3 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	}
 	return err
 }
-
-func newSinkForDoctor(cfg Config) (*sink.Sink, error) { return sink.New(cfg.sinkConfig()) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -12,60 +11,21 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
-type pgHelper struct {
-	t    *testing.T
-	conn *pgx.Conn
-}
-
-func newPG(t *testing.T, dsn string) *pgHelper {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return &pgHelper{t, conn}
-}
-
-func (p *pgHelper) exec(sql string, args ...any) {
-	p.t.Helper()
-	if _, err := p.conn.Exec(context.Background(), sql, args...); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func (p *pgHelper) lsn(sql string, args ...any) pglogrepl.LSN {
-	p.t.Helper()
-	var s *string
-	if err := p.conn.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	if s == nil {
-		return 0
-	}
-	l, err := pglogrepl.ParseLSN(*s)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return l
-}
-
-func (p *pgHelper) confirmed(slot string) pglogrepl.LSN {
-	return p.lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot)
-}
-
-func (p *pgHelper) insertLSN() pglogrepl.LSN {
-	return p.lsn("SELECT pg_current_wal_insert_lsn()::text")
+// testDatabase creates a database of its own for t and returns its DSN and a
+// connection to it (see pgtest.Database).
+func testDatabase(t *testing.T) (string, *pgtest.Conn) {
+	t.Helper()
+	dsn := pgtest.Database(t, "relay")
+	return dsn, pgtest.Connect(t, dsn)
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -82,7 +42,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // relayFixture sets up an outbox table, and runs the relay against kfake.
 type relayFixture struct {
-	pg      *pgHelper
+	pg      *pgtest.Conn
 	cluster *kfake.Cluster
 	name    string
 	cancel  context.CancelFunc
@@ -90,40 +50,30 @@ type relayFixture struct {
 	logs    *strings.Builder
 }
 
-func startRelay(t *testing.T, name string, cluster *kfake.Cluster, opts ...func(*Config)) *relayFixture {
+func startRelay(t *testing.T, name string, cluster *kfake.Cluster, mods ...func(*Options)) *relayFixture {
 	t.Helper()
 	// A database of its own: logical messages (other walrelays' heartbeats)
 	// and transactions of concurrent tests reach every slot of a database,
 	// and the assertions below need a WAL with only this test's writes.
 	dsn, pg := testDatabase(t)
-	pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
-	if err := migrate(context.Background(), dsn, "public."+name+"_outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
+	pg.Exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
+	createOutbox(t, dsn, "public."+name+"_outbox")
 	t.Cleanup(func() {
-		pg.exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", name)
-		pg.exec(fmt.Sprintf("DROP PUBLICATION IF EXISTS %s", name))
-		pg.exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
+		pg.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", name)
+		pg.Exec(fmt.Sprintf("DROP PUBLICATION IF EXISTS %s", name))
+		pg.Exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
 	})
-	cfg := Defaults()
-	cfg.PostgresDSN = dsn
-	cfg.KafkaBrokers = cluster.ListenAddrs()
-	cfg.Slot, cfg.Publication = name, name
-	cfg.Tables = []string{"public." + name + "_outbox"}
-	cfg.Topic = name + ".{aggregate_type}"
-	cfg.MetricsAddr = ""
-	cfg.HeartbeatInterval = 0 // serial WAL: only this test's transactions
-	cfg.StatusInterval = 100 * time.Millisecond
-	cfg.ShutdownTimeout = 5 * time.Second
-	for _, o := range opts {
-		o(&cfg)
+	opts := testOptions(dsn, cluster.ListenAddrs(), name)
+	for _, mod := range mods {
+		mod(&opts)
 	}
 
 	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &strings.Builder{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	log := slog.New(slog.NewTextHandler(&lockedWriter{b: f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	go func() { f.done <- Run(ctx, cfg, log) }()
+	opts.Logger = log
+	go func() { f.done <- Run(ctx, opts) }()
 	t.Cleanup(func() {
 		f.stop()
 		if t.Failed() {
@@ -132,7 +82,7 @@ func startRelay(t *testing.T, name string, cluster *kfake.Cluster, opts ...func(
 	})
 	waitFor(t, 20*time.Second, "the slot to be streamed", func() bool {
 		var active bool
-		err := pg.conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
+		err := pg.Conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
 		return err == nil && active
 	})
 	return f
@@ -160,7 +110,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 
 func (f *relayFixture) insertTxn(t *testing.T, agg string, n int) {
 	t.Helper()
-	tx, err := f.pg.conn.Begin(context.Background())
+	tx, err := f.pg.Conn.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,14 +180,14 @@ func TestAckDisciplineKfake(t *testing.T) {
 	f := startRelay(t, "relay_ack", cluster)
 	pg := f.pg
 	// Caught up before the writes: the idle stream confirms the WAL end.
-	start := pg.insertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
-	before := pg.confirmed(f.name)
+	start := pg.InsertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	before := pg.Confirmed(f.name)
 
 	for i := 0; i < 5; i++ {
 		f.insertTxn(t, fmt.Sprintf("agg-%d", i%2), 3)
 	}
-	after := pg.insertLSN()
+	after := pg.InsertLSN()
 	waitFor(t, 15*time.Second, "a produce request to be held", func() bool { return held.Load() > 0 })
 
 	// While Kafka has acknowledged nothing, the slot must not move past the
@@ -245,7 +195,7 @@ func TestAckDisciplineKfake(t *testing.T) {
 	// transaction ends after it, so reaching the insert position is allowed).
 	var maxSeen pglogrepl.LSN
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		if c := pg.confirmed(f.name); c > maxSeen {
+		if c := pg.Confirmed(f.name); c > maxSeen {
 			maxSeen = c
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -265,10 +215,10 @@ func TestAckDisciplineKfake(t *testing.T) {
 		t.Fatalf("confirmed_flush_lsn reached %v while the records starting at %v were unacknowledged (before writes: %v)", maxSeen, firstInsert, before)
 	}
 	waitFor(t, 15*time.Second, fmt.Sprintf("confirmed_flush_lsn to reach %v after Kafka acknowledged", after), func() bool {
-		return pg.confirmed(f.name) >= after
+		return pg.Confirmed(f.name) >= after
 	})
 	t.Logf("held %d produce requests; confirmed stayed at %v (<= first insert %v) while held, reached %v after (last commit %v)",
-		held.Load(), maxSeen, firstInsert, pg.confirmed(f.name), after)
+		held.Load(), maxSeen, firstInsert, pg.Confirmed(f.name), after)
 }
 
 // TestPermanentProduceErrorStops makes Kafka refuse records for good: the
@@ -299,10 +249,10 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 		cluster.KeepControl()
 		return produceErrorResponse(req.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
-	f := startRelay(t, "relay_poison", cluster, func(c *Config) { c.MaxInFlight = maxInFlight })
+	f := startRelay(t, "relay_poison", cluster, func(o *Options) { o.MaxInFlight, o.Sink.MaxBufferedRecords = maxInFlight, maxInFlight })
 	pg := f.pg
-	start := pg.insertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.confirmed(f.name) >= start })
+	start := pg.InsertLSN()
+	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-x", events)
 	var runErr error
 	select {
@@ -321,12 +271,12 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 	// outbox of its own database, so every insert still in the slot is one
 	// of the refused transaction's.
 	waitFor(t, 15*time.Second, "the walsender to release the slot", func() bool {
-		return pg.count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", f.name) == 1
+		return pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", f.name) == 1
 	})
-	if n := pg.count(`SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+	if n := pg.Count(`SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', $2) WHERE substr(data, 1, 1) = 'I'::bytea`, f.name, f.name); n != events {
 		t.Fatalf("the slot still holds %d inserts of the refused transaction, want %d: it was confirmed past it (confirmed %v, start %v)",
-			n, events, pg.confirmed(f.name), start)
+			n, events, pg.Confirmed(f.name), start)
 	}
 }
 

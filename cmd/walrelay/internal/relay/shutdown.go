@@ -28,24 +28,24 @@ func (p finalPosition) Settled() bool            { return true }
 // replication connection to confirm the final watermark (retrying until the
 // deadline while Postgres is unreachable). If that fails, it says in one log
 // line what was not confirmed; the slot sends it again (at-least-once).
-func (r *runner) finishBetweenSessions(rcfg replication.Config) {
-	deadline := time.Now().Add(r.cfg.ShutdownTimeout)
+func (r *runner) finishBetweenSessions() {
+	deadline := time.Now().Add(r.opts.ShutdownTimeout)
 	for r.sink.Buffered() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if n := r.sink.Buffered(); n > 0 {
 		r.log.Warn("shutdown timeout: records still unacknowledged; they will be sent again after restart",
-			"slot", r.cfg.Slot, "unacknowledged_records", n)
+			"slot", r.rcfg.Slot, "unacknowledged_records", n)
 	}
 	w := r.tr.Watermark()
 	if w <= r.confirmed {
-		r.log.Info("final position already confirmed", "slot", r.cfg.Slot, "lsn", r.confirmed.String(),
+		r.log.Info("final position already confirmed", "slot", r.rcfg.Slot, "lsn", r.confirmed.String(),
 			"unacknowledged_records", r.sink.Buffered())
 		return
 	}
 	var err error
 	for {
-		if err = r.confirmFinal(deadline, rcfg, w); err == nil {
+		if err = r.confirmFinal(deadline, w); err == nil {
 			return
 		}
 		if !reconnectable(err) || time.Until(deadline) <= 0 {
@@ -54,16 +54,16 @@ func (r *runner) finishBetweenSessions(rcfg replication.Config) {
 		time.Sleep(min(backoffMin, time.Until(deadline)))
 	}
 	r.log.Warn("shutdown: final position not confirmed to the slot; Postgres will send the transactions after the slot's position again (at-least-once)",
-		"slot", r.cfg.Slot, "lsn", w.String(), "slot_lsn", r.confirmed.String(),
+		"slot", r.rcfg.Slot, "lsn", w.String(), "slot_lsn", r.confirmed.String(),
 		"unacknowledged_records", r.sink.Buffered(), "error", err.Error())
 }
 
 // confirmFinal opens a replication connection, starts streaming and stops at
 // once, reporting w as written, flushed and applied (DESIGN §2.1).
-func (r *runner) confirmFinal(deadline time.Time, rcfg replication.Config, w pglogrepl.LSN) error {
+func (r *runner) confirmFinal(deadline time.Time, w pglogrepl.LSN) error {
 	ctx, cancel := context.WithDeadline(context.Background(), maxTime(deadline, time.Now().Add(finalConfirmMin)))
 	defer cancel()
-	conn, err := replication.Open(ctx, rcfg)
+	conn, err := replication.Open(ctx, r.rcfg)
 	if err != nil {
 		return err
 	}

@@ -99,17 +99,17 @@ func pollSlot(ctx context.Context, dsn, slot string, interval time.Duration, m *
 	}.loop(ctx)
 }
 
-// startSlotPoll starts pollSlot for the configured slot unless
-// --slot-metrics-interval is 0, and returns the function that stops it.
-func startSlotPoll(ctx context.Context, cfg Config, m *metrics, log *slog.Logger) (stop func()) {
-	if cfg.SlotMetricsInterval <= 0 {
+// startSlotPoll starts pollSlot for the slot unless
+// opts.SlotMetricsInterval is 0, and returns the function that stops it.
+func startSlotPoll(ctx context.Context, opts Options, m *metrics) (stop func()) {
+	if opts.SlotMetricsInterval <= 0 {
 		return func() {}
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pollSlot(pctx, cfg.PostgresDSN, cfg.Slot, cfg.SlotMetricsInterval, m, log)
+		pollSlot(pctx, opts.Replication.DSN, opts.Replication.Slot, opts.SlotMetricsInterval, m, opts.Logger)
 	}()
 	return func() {
 		cancel()

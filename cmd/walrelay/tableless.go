@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 )
 
 // emitMessageACL lists every overload of pg_logical_emit_message (text and
@@ -24,7 +25,7 @@ const emitMessageACL = `SELECT p.oid::regprocedure::text,
 // an event with any topic and key into the stream, so EXECUTE must not be
 // granted to PUBLIC. ok is false with a note that says how to fix it; a
 // failed check is not ok either.
-func checkTableless(ctx context.Context, cfg Config) (ok bool, note string) {
+func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note string) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)

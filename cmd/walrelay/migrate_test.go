@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"bytes"
@@ -15,19 +15,10 @@ import (
 // connection to it. walrelay.emit and the partition functions exist once per
 // database, and other tests migrate concurrently, so tests of them do not
 // share one. The database and its replication slots are dropped when t ends.
-func testDatabase(t *testing.T) (string, *pgHelper) {
+func testDatabase(t *testing.T) (string, *pgtest.Conn) {
 	t.Helper()
 	dsn := pgtest.Database(t, "h5_relay")
-	return dsn, newPG(t, dsn)
-}
-
-func (p *pgHelper) count(sql string, args ...any) int {
-	p.t.Helper()
-	var n int
-	if err := p.conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return dsn, pgtest.Connect(t, dsn)
 }
 
 func runMain(args ...string) (code int, stdout, stderr string) {
@@ -53,14 +44,14 @@ func TestMigrateIdempotent(t *testing.T) {
 		}
 		// walrelay.emit writes to the table migrated last.
 		var id string
-		if err := pg.conn.QueryRow(context.Background(), `SELECT walrelay.emit('order', 'o-1', 'OrderCreated', '{"n": 1}')::text`).Scan(&id); err != nil {
+		if err := pg.Conn.QueryRow(context.Background(), `SELECT walrelay.emit('order', 'o-1', 'OrderCreated', '{"n": 1}')::text`).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		if n := pg.count(fmt.Sprintf("SELECT count(*) FROM %s WHERE id = $1::uuid AND payload = '{\"n\": 1}'", table), id); n != 1 {
+		if n := pg.Count(fmt.Sprintf("SELECT count(*) FROM %s WHERE id = $1::uuid AND payload = '{\"n\": 1}'", table), id); n != 1 {
 			t.Errorf("after migrating %s, walrelay.emit's row %s is not in it", table, id)
 		}
 	}
-	if n := pg.count("SELECT count(*) FROM pg_proc WHERE proname = 'emit' AND pronamespace = 'walrelay'::regnamespace"); n != 1 {
+	if n := pg.Count("SELECT count(*) FROM pg_proc WHERE proname = 'emit' AND pronamespace = 'walrelay'::regnamespace"); n != 1 {
 		t.Errorf("%d walrelay.emit functions, want 1", n)
 	}
 }
@@ -93,14 +84,14 @@ func TestMigratePartitionedCommand(t *testing.T) {
 			t.Fatalf("migrate --partitioned (run %d): exit %d: %s", i+1, code, stderr)
 		}
 	}
-	if kind := pg.count("SELECT CASE relkind WHEN 'p' THEN 1 ELSE 0 END FROM pg_class WHERE oid = 'public.outbox'::regclass"); kind != 1 {
+	if kind := pg.Count("SELECT CASE relkind WHEN 'p' THEN 1 ELSE 0 END FROM pg_class WHERE oid = 'public.outbox'::regclass"); kind != 1 {
 		t.Fatal("public.outbox is not partitioned")
 	}
-	if n := pg.count("SELECT walrelay.outbox_create_partitions(2)"); n < 0 {
+	if n := pg.Count("SELECT walrelay.outbox_create_partitions(2)"); n < 0 {
 		t.Fatalf("create partitions: %d", n)
 	}
-	pg.exec("SELECT walrelay.emit('order', 'o-1', 'created', '{}')")
-	if n := pg.count("SELECT count(*) FROM public.outbox"); n != 1 {
+	pg.Exec("SELECT walrelay.emit('order', 'o-1', 'created', '{}')")
+	if n := pg.Count("SELECT count(*) FROM public.outbox"); n != 1 {
 		t.Fatalf("rows after emit: %d", n)
 	}
 }

@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 )
 
 func TestLoadCutoverConfig(t *testing.T) {
@@ -19,22 +20,22 @@ func TestLoadCutoverConfig(t *testing.T) {
 		args    []string
 		env     map[string]string
 		wantKey string // ConfigError key; "" for success
-		check   func(t *testing.T, c CutoverConfig)
+		check   func(t *testing.T, c config.CutoverConfig)
 	}{
 		{name: "defaults", args: []string{"--postgres-dsn", dsn, "--from-slot", "debezium"},
-			check: func(t *testing.T, c CutoverConfig) {
+			check: func(t *testing.T, c config.CutoverConfig) {
 				if c.Slot != "walrelay" || c.Publication != "walrelay" || !c.Nudge || c.Timeout != 10*time.Minute || !c.CreatePublication {
 					t.Errorf("defaults: %+v", c)
 				}
 			}},
 		{name: "env", args: []string{"--from-slot", "debezium"}, env: map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_SLOT": "wr"},
-			check: func(t *testing.T, c CutoverConfig) {
+			check: func(t *testing.T, c config.CutoverConfig) {
 				if c.PostgresDSN != dsn || c.Slot != "wr" {
 					t.Errorf("env not applied: %+v", c)
 				}
 			}},
 		{name: "drop with start lsn", args: []string{"--postgres-dsn", dsn, "--from-slot", "debezium", "--drop-from-slot", "--start-lsn", "1/2A"},
-			check: func(t *testing.T, c CutoverConfig) {
+			check: func(t *testing.T, c config.CutoverConfig) {
 				if !c.DropFromSlot || c.StartLSN != pglogrepl.LSN(1<<32|0x2A) {
 					t.Errorf("drop flags: %+v", c)
 				}
@@ -50,7 +51,7 @@ func TestLoadCutoverConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := loadCutoverConfig(tc.args, envMap(tc.env), io.Discard)
+			c, err := config.LoadCutover(cutoverUsage, tc.args, envMap(tc.env), io.Discard)
 			if tc.wantKey == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -58,7 +59,7 @@ func TestLoadCutoverConfig(t *testing.T) {
 				tc.check(t, c)
 				return
 			}
-			var ce *ConfigError
+			var ce *config.Error
 			if !errors.As(err, &ce) || ce.Key != tc.wantKey {
 				t.Fatalf("error %v, want a ConfigError for %q", err, tc.wantKey)
 			}
@@ -68,7 +69,7 @@ func TestLoadCutoverConfig(t *testing.T) {
 
 func TestCutoverHelp(t *testing.T) {
 	var out bytes.Buffer
-	_, err := loadCutoverConfig([]string{"-h"}, envMap(nil), &out)
+	_, err := config.LoadCutover(cutoverUsage, []string{"-h"}, envMap(nil), &out)
 	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--drop-from-slot") || !strings.Contains(out.String(), "from-slot") {
 		t.Fatalf("help: err %v, output %q", err, out.String())
 	}
@@ -137,7 +138,7 @@ func TestCutoverProgressAndHints(t *testing.T) {
 		t.Errorf("done progress: %q", got)
 	}
 	if got := stallHint("dbz", cutoverSlot{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
-		!strings.Contains(got, "message.prefix.exclude.list="+CutoverNudgePrefix) {
+		!strings.Contains(got, "message.prefix.exclude.list="+config.CutoverNudgePrefix) {
 		t.Errorf("active stall hint: %q", got)
 	}
 	if got := stallHint("dbz", cutoverSlot{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {

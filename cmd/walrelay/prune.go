@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"context"
@@ -7,138 +7,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/replication"
 )
-
-// MinPruneAge is the smallest --older-than that prune accepts. A row younger
-// than that may belong to an event walrelay has not relayed yet; the event is
-// safe in the WAL while the slot holds it, but the row is the only copy left
-// to re-send it from should the slot be lost.
-const MinPruneAge = time.Hour
 
 // partitionLockTimeout bounds how long dropping a partition waits for its
 // lock on the outbox table; inserts queue behind a waiting DROP.
 const partitionLockTimeout = "10s"
-
-// PruneConfig is what `walrelay prune` needs.
-type PruneConfig struct {
-	PostgresDSN string
-	// Table is the outbox table, schema.name (default public.outbox).
-	Table string
-	// OlderThan is the age beyond which rows go; required, at least
-	// MinPruneAge.
-	OlderThan time.Duration
-	// BatchSize is the number of rows deleted per transaction (default
-	// 10000).
-	BatchSize int
-	// CreatedAtColumn is the column compared with the cutoff (default
-	// created_at).
-	CreatedAtColumn string
-	// DryRun counts what would go and changes nothing.
-	DryRun bool
-	// PostgresDSNFile holds the DSN instead of PostgresDSN.
-	PostgresDSNFile string
-}
-
-// DefaultPruneConfig returns the prune configuration used when nothing is
-// set; OlderThan has no default.
-func DefaultPruneConfig() PruneConfig {
-	return PruneConfig{Table: "public.outbox", BatchSize: 10000, CreatedAtColumn: "created_at"}
-}
-
-func (c *PruneConfig) settings() []setting {
-	return []setting{
-		{"postgres-dsn", "Postgres connection `DSN` (libpq URL or key=value); required", stringVal{&c.PostgresDSN}},
-		{"table", "outbox `table`, schema.name", stringVal{&c.Table}},
-		{"older-than", "delete rows older than `AGE`, e.g. 72h or 3d; required, at least 1h", ageVal{&c.OlderThan}},
-		{"batch-size", "`rows` deleted per transaction", intVal{&c.BatchSize}},
-		{"created-at-column", "timestamp `column` compared with the cutoff", stringVal{&c.CreatedAtColumn}},
-		{"dry-run", "count what would be pruned, delete nothing", boolVal{&c.DryRun}},
-		{"postgres-dsn-file", "`file` holding the Postgres DSN (instead of --postgres-dsn)", stringVal{&c.PostgresDSNFile}},
-	}
-}
-
-// Validate reports the first value prune refuses, as a *ConfigError.
-func (c PruneConfig) Validate() error {
-	bad := func(key string, format string, args ...any) error {
-		return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
-	}
-	switch {
-	case c.PostgresDSN == "":
-		return bad("postgres-dsn", "required")
-	case strings.Contains(c.Table, ","):
-		return bad("table", "%q names several tables; prune one table per run", c.Table)
-	case c.OlderThan == 0:
-		return bad("older-than", "required (e.g. 72h or 3d)")
-	case c.OlderThan < MinPruneAge:
-		return bad("older-than", "%v is below the minimum of 1h: rows that recent may belong to events walrelay "+
-			"has not relayed yet; their events are safe in the WAL while the slot holds it, but the rows are the "+
-			"only copy to re-send them from should the slot be lost or recreated", c.OlderThan)
-	case c.BatchSize < 1:
-		return bad("batch-size", "%d is not a positive number of rows", c.BatchSize)
-	case c.CreatedAtColumn == "":
-		return bad("created-at-column", "required")
-	}
-	if _, err := replication.ParseTable(c.Table); err != nil {
-		return &ConfigError{Key: "table", Err: err}
-	}
-	if err := replication.ValidateIdentifier(c.CreatedAtColumn); err != nil {
-		return &ConfigError{Key: "created-at-column", Err: err}
-	}
-	return nil
-}
-
-// ageVal is a duration in Go syntax (90m, 72h) or with a leading number of
-// days (3d, 1d12h).
-type ageVal struct{ p *time.Duration }
-
-func (v ageVal) String() string {
-	if v.p == nil || *v.p == 0 {
-		return ""
-	}
-	return v.p.String()
-}
-
-func (v ageVal) Set(s string) error {
-	d, err := parseAge(s)
-	if err != nil {
-		return err
-	}
-	*v.p = d
-	return nil
-}
-
-func parseAge(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	bad := fmt.Errorf("%q is not a duration like 90m, 72h or 3d", s)
-	days, rest, ok := strings.Cut(s, "d")
-	if !ok {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, bad
-		}
-		return d, nil
-	}
-	n, err := strconv.ParseUint(days, 10, 32)
-	if err != nil || n > 36500 {
-		return 0, bad
-	}
-	d := time.Duration(n) * 24 * time.Hour
-	if rest != "" {
-		r, err := time.ParseDuration(rest)
-		if err != nil || r < 0 {
-			return 0, bad
-		}
-		d += r
-	}
-	return d, nil
-}
 
 const pruneUsage = `Usage: walrelay prune --older-than AGE [flags]
 
@@ -167,11 +47,11 @@ Flags (each also as WALRELAY_<FLAG>, e.g. WALRELAY_OLDER_THAN):
 // pruneCommand implements `walrelay prune`.
 func pruneCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, "info", "json")
-	cfg, err := loadPruneConfig(args, getenv, stdout)
+	cfg, err := config.LoadPrune(pruneUsage, args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
-	if isFlagsError(err) {
+	if config.IsUsage(err) {
 		return badFlags(stderr, "prune", err)
 	}
 	if err != nil {
@@ -180,7 +60,7 @@ func pruneCommand(ctx context.Context, args []string, getenv func(string) string
 	}
 	res, err := Prune(ctx, cfg, log)
 	if err != nil {
-		var ce *ConfigError
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			log.Error("invalid configuration", "error", err.Error())
 			return ExitConfig
@@ -191,43 +71,6 @@ func pruneCommand(ctx context.Context, args []string, getenv func(string) string
 	}
 	fmt.Fprintln(stdout, res.String())
 	return ExitOK
-}
-
-// loadPruneConfig reads the prune flags over the WALRELAY_* environment over
-// the defaults, and validates the result.
-func loadPruneConfig(args []string, getenv func(string) string, help io.Writer) (PruneConfig, error) {
-	cfg := DefaultPruneConfig()
-	for _, s := range cfg.settings() {
-		if v, ok := lookupEnv(getenv, s.env()); ok {
-			if err := s.value.Set(v); err != nil {
-				return PruneConfig{}, &ConfigError{Key: s.name, Source: "env " + s.env(), Err: err}
-			}
-		}
-	}
-	fs := flag.NewFlagSet("walrelay prune", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), pruneUsage)
-		fs.PrintDefaults()
-	}
-	for _, s := range cfg.settings() {
-		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
-	}
-	if err := parseFlags(fs, args, help); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return PruneConfig{}, err
-		}
-		return PruneConfig{}, &ConfigError{Key: "flags", Err: err}
-	}
-	if fs.NArg() > 0 {
-		return PruneConfig{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if err := readSecretFile("postgres-dsn", cfg.PostgresDSNFile, &cfg.PostgresDSN); err != nil {
-		return PruneConfig{}, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return PruneConfig{}, err
-	}
-	return cfg, nil
 }
 
 // PruneResult is what a prune did, or would do with DryRun.
@@ -286,7 +129,7 @@ func (r PruneResult) String() string {
 // error, or when ctx is cancelled (which aborts the batch in progress), the
 // result counts what was already done. Invalid configuration is reported as
 // a *ConfigError.
-func Prune(ctx context.Context, cfg PruneConfig, log *slog.Logger) (PruneResult, error) {
+func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (PruneResult, error) {
 	res := PruneResult{Table: cfg.Table, DryRun: cfg.DryRun}
 	if err := cfg.Validate(); err != nil {
 		return res, err
@@ -296,7 +139,7 @@ func Prune(ctx context.Context, cfg PruneConfig, log *slog.Logger) (PruneResult,
 
 	pcfg, err := pgx.ParseConfig(cfg.PostgresDSN)
 	if err != nil {
-		return res, &ConfigError{Key: "postgres-dsn", Err: err}
+		return res, &config.Error{Key: "postgres-dsn", Err: err}
 	}
 	if _, ok := pcfg.RuntimeParams["application_name"]; !ok {
 		pcfg.RuntimeParams["application_name"] = "walrelay prune"
@@ -365,7 +208,7 @@ func Prune(ctx context.Context, cfg PruneConfig, log *slog.Logger) (PruneResult,
 // pruneRows deletes (or with DryRun counts) the rows of the plain table
 // quoted whose column col is before cutoff, BatchSize rows per transaction,
 // and returns how many.
-func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cutoff time.Time, cfg PruneConfig, log *slog.Logger) (int64, error) {
+func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cutoff time.Time, cfg config.PruneConfig, log *slog.Logger) (int64, error) {
 	if cfg.DryRun {
 		var n int64
 		q := fmt.Sprintf("SELECT count(*) FROM %s WHERE %s < $1::timestamptz", quoted, col)

@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"bytes"
@@ -14,43 +14,6 @@ import (
 	"github.com/walrelay/walrelay/migrations"
 )
 
-func TestParseAge(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-		bad  bool
-	}{
-		{in: "72h", want: 72 * time.Hour},
-		{in: "90m", want: 90 * time.Minute},
-		{in: "3d", want: 72 * time.Hour},
-		{in: " 1d12h ", want: 36 * time.Hour},
-		{in: "0d", want: 0},
-		{in: "1h30m", want: 90 * time.Minute},
-		{in: "", bad: true},
-		{in: "d", bad: true},
-		{in: "3", bad: true},
-		{in: "-1d", bad: true},
-		{in: "1d-1h", bad: true},
-		{in: "1.5d", bad: true},
-		{in: "3days", bad: true},
-		{in: "99999d", bad: true},
-	} {
-		t.Run(c.in, func(t *testing.T) {
-			got, err := parseAge(c.in)
-			if c.bad {
-				if err == nil {
-					t.Errorf("parseAge(%q) = %v, want an error", c.in, got)
-				}
-				return
-			}
-			if err != nil || got != c.want {
-				t.Errorf("parseAge(%q) = %v, %v; want %v", c.in, got, err, c.want)
-			}
-		})
-	}
-}
-
-// prune runs `walrelay prune args...` with env as the environment.
 func prune(env map[string]string, args ...string) (code int, stdout, stderr string) {
 	var out, errw bytes.Buffer
 	code = Main(context.Background(), append([]string{"prune"}, args...), func(k string) string { return env[k] }, &out, &errw)
@@ -125,12 +88,12 @@ func TestPruneUsage(t *testing.T) {
 
 func TestPrunePlain(t *testing.T) {
 	dsn, pg := testDatabase(t)
-	pg.exec("CREATE SCHEMA h5_prune")
+	pg.Exec("CREATE SCHEMA h5_prune")
 	if err := migrate(context.Background(), dsn, "h5_prune.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(n int, age string) {
-		pg.exec(`INSERT INTO h5_prune.outbox (aggregate_type, aggregate_id, event_type, created_at)
+		pg.Exec(`INSERT INTO h5_prune.outbox (aggregate_type, aggregate_id, event_type, created_at)
 			SELECT 'a', i::text, 'e', now() - $1::interval FROM generate_series(1, $2) i`, age, n)
 	}
 	insert(7, "10 days")
@@ -138,7 +101,7 @@ func TestPrunePlain(t *testing.T) {
 	insert(4, "90 minutes")
 	insert(6, "10 minutes")
 	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_TABLE": "h5_prune.outbox"}
-	rows := func() int { return pg.count("SELECT count(*) FROM h5_prune.outbox") }
+	rows := func() int { return pg.Count("SELECT count(*) FROM h5_prune.outbox") }
 	summary := regexp.MustCompile(`^(would prune|pruned) (\d+) rows older than (\S+) from h5_prune\.outbox`)
 
 	code, stdout, stderr := prune(env, "--older-than", "2h", "--batch-size", "5", "--dry-run")
@@ -179,7 +142,7 @@ func TestPrunePlain(t *testing.T) {
 	if n := rows(); n != 10 {
 		t.Errorf("%d rows left, want 10", n)
 	}
-	if n := pg.count("SELECT count(*) FROM h5_prune.outbox WHERE created_at < now() - interval '2 hours'"); n != 0 {
+	if n := pg.Count("SELECT count(*) FROM h5_prune.outbox WHERE created_at < now() - interval '2 hours'"); n != 0 {
 		t.Errorf("%d rows older than 2h left", n)
 	}
 
@@ -213,14 +176,14 @@ func TestPrunePlain(t *testing.T) {
 
 func TestPrunePartitioned(t *testing.T) {
 	dsn, pg := testDatabase(t)
-	pg.exec("CREATE SCHEMA h5_pp")
+	pg.Exec("CREATE SCHEMA h5_pp")
 	for _, set := range []func() ([]migrations.Migration, error){migrations.Partitioned, migrations.All} {
 		ms, err := set()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
-			if _, err := pg.conn.PgConn().Exec(context.Background(), m.Render(`"h5_pp"."outbox"`)).ReadAll(); err != nil {
+			if _, err := pg.Conn.PgConn().Exec(context.Background(), m.Render(`"h5_pp"."outbox"`)).ReadAll(); err != nil {
 				t.Fatalf("apply %s: %v", m.Name, err)
 			}
 		}
@@ -228,10 +191,10 @@ func TestPrunePartitioned(t *testing.T) {
 	dayStart := func(off int) string { return time.Now().UTC().AddDate(0, 0, off).Format("2006-01-02") + " 00:00:00+00" }
 	day := func(off int) string { return time.Now().UTC().AddDate(0, 0, off).Format("20060102") }
 	for _, off := range []int{-10, -5} {
-		pg.exec("CREATE TABLE h5_pp.outbox_p" + day(off) + " PARTITION OF h5_pp.outbox FOR VALUES FROM ('" + dayStart(off) + "') TO ('" + dayStart(off+1) + "')")
+		pg.Exec("CREATE TABLE h5_pp.outbox_p" + day(off) + " PARTITION OF h5_pp.outbox FOR VALUES FROM ('" + dayStart(off) + "') TO ('" + dayStart(off+1) + "')")
 	}
 	insert := func(n int, at string) {
-		pg.exec(`INSERT INTO h5_pp.outbox (aggregate_type, aggregate_id, event_type, created_at)
+		pg.Exec(`INSERT INTO h5_pp.outbox (aggregate_type, aggregate_id, event_type, created_at)
 			SELECT 'a', i::text, 'e', $1::timestamptz FROM generate_series(1, $2) i`, at, n)
 	}
 	insert(3, dayStart(-10))
@@ -239,7 +202,7 @@ func TestPrunePartitioned(t *testing.T) {
 	insert(4, dayStart(-7)) // no partition: the default one
 	insert(1, dayStart(-1)) // default, newer than the cutoff
 	insert(2, dayStart(0))
-	rows := func() int { return pg.count("SELECT count(*) FROM h5_pp.outbox") }
+	rows := func() int { return pg.Count("SELECT count(*) FROM h5_pp.outbox") }
 	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn}
 
 	code, stdout, stderr := prune(env, "--table", "h5_pp.outbox", "--older-than", "2d", "--dry-run")
@@ -267,13 +230,13 @@ func TestPrunePartitioned(t *testing.T) {
 	if n := rows(); n != 3 {
 		t.Errorf("%d rows left, want 3", n)
 	}
-	if n := pg.count("SELECT count(*) FROM pg_class WHERE relname IN ($1, $2)", "outbox_p"+day(-10), "outbox_p"+day(-5)); n != 0 {
+	if n := pg.Count("SELECT count(*) FROM pg_class WHERE relname IN ($1, $2)", "outbox_p"+day(-10), "outbox_p"+day(-5)); n != 0 {
 		t.Errorf("%d old partitions left", n)
 	}
 
 	// A partitioned table without walrelay's partition functions.
-	pg.exec("CREATE TABLE h5_pp.bare (id int, created_at timestamptz NOT NULL) PARTITION BY RANGE (created_at)")
-	pg.exec("DROP FUNCTION walrelay.outbox_drop_partitions(interval, regclass)")
+	pg.Exec("CREATE TABLE h5_pp.bare (id int, created_at timestamptz NOT NULL) PARTITION BY RANGE (created_at)")
+	pg.Exec("DROP FUNCTION walrelay.outbox_drop_partitions(interval, regclass)")
 	code, stdout, stderr = prune(env, "--table", "h5_pp.bare", "--older-than", "2d")
 	if code != ExitFailure || stdout != "" ||
 		!strings.Contains(stderr, "walrelay.outbox_drop_partitions(interval, regclass) does not exist") ||

@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"context"
@@ -14,8 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // Exit codes of the walrelay command.
@@ -40,15 +43,6 @@ Run 'walrelay <command> -h' for the flags. Every flag can also be set as
 WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or as a key in the --config YAML file.
 `
 
-// Version is set at build time by `make build`:
-// -ldflags "-X github.com/walrelay/walrelay/cmd/walrelay/internal/relay.Version=$(git describe --tags --always --dirty)".
-// Left at "dev", walrelay reports the VCS revision Go embedded instead.
-var Version = "dev"
-
-// Revision is the VCS revision, set by `make build` like Version (-X ...relay.Revision=$(git rev-parse HEAD)).
-// Left empty, walrelay uses the revision Go embedded, if any.
-var Revision = ""
-
 // Main runs the walrelay command line and returns the exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -58,11 +52,11 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run", "doctor":
-		cfg, err := loadCommand(cmd, rest, getenv, stdout)
+		cfg, err := config.Load("walrelay "+cmd, commandUsage[cmd], rest, getenv, stdout)
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
-		if isFlagsError(err) {
+		if config.IsUsage(err) {
 			return badFlags(stderr, cmd, err)
 		}
 		log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
@@ -73,18 +67,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		if cmd == "doctor" {
 			return doctor(ctx, cfg, stdout)
 		}
-		log.Info("walrelay starting", "version", func() string { v, _ := buildVersion(); return v }(), "slot", cfg.Slot, "publication", cfg.Publication,
-			"tables", strings.Join(cfg.replicationConfig().Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
-		if err := Run(ctx, cfg, log); err != nil {
-			log.Error("walrelay stopped", "error", err.Error())
-			var ce *ConfigError
-			if errors.As(err, &ce) {
-				return ExitConfig
-			}
-			return ExitFailure
-		}
-		log.Info("walrelay stopped cleanly")
-		return ExitOK
+		return run(ctx, cfg, log)
 	case "migrate", "status":
 		fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
 		fs.Usage = func() {
@@ -100,22 +83,19 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			partitioned = fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
 				"create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
 		}
-		if err := parseFlags(fs, rest, stdout); err != nil {
+		if err := config.ParseFlags(fs, rest, stdout); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return ExitOK
 			}
 			return badFlags(stderr, cmd, err)
 		}
-		if fs.NArg() > 0 {
-			return badFlags(stderr, cmd, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-		}
 		log := newLogger(stderr, "info", "json")
-		if err := readSecretFile("postgres-dsn", *dsnFile, dsn); err != nil {
+		if err := config.ReadSecretFile("postgres-dsn", *dsnFile, dsn); err != nil {
 			log.Error("invalid configuration", "error", err.Error())
 			return ExitConfig
 		}
 		if *dsn == "" {
-			log.Error("invalid configuration", "error", (&ConfigError{Key: "postgres-dsn", Err: errors.New("required")}).Error())
+			log.Error("invalid configuration", "error", (&config.Error{Key: "postgres-dsn", Err: errors.New("required")}).Error())
 			return ExitConfig
 		}
 		var err error
@@ -134,7 +114,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "cutover":
 		return cutoverCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
-		v, rev := buildVersion()
+		v, rev := relay.BuildVersion()
 		fmt.Fprintln(stdout, "walrelay", v, "revision", rev, runtime.Version())
 		return ExitOK
 	case "help", "-h", "--help":
@@ -175,36 +155,10 @@ Flags:
 `,
 }
 
-// parseFlags parses args into fs without printing anything on an error (the
-// caller reports it once, see badFlags); -h prints fs.Usage to help and
-// returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
-	usage := fs.Usage
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = usage
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(help)
-		if usage != nil {
-			usage()
-		} else {
-			fs.PrintDefaults()
-		}
-	}
-	return err
-}
-
-// isFlagsError reports whether err is a command-line error of parseFlags.
-func isFlagsError(err error) bool {
-	var ce *ConfigError
-	return errors.As(err, &ce) && ce.Key == "flags"
-}
-
 // badFlags prints a command-line error once, then where to find the flags.
 func badFlags(stderr io.Writer, cmd string, err error) int {
-	var ce *ConfigError
-	if errors.As(err, &ce) && ce.Key == "flags" {
+	var ce *config.Error
+	if errors.As(err, &ce) && config.IsUsage(err) {
 		err = ce.Err
 	}
 	fmt.Fprintf(stderr, "walrelay %s: %v\nrun 'walrelay %s -h' for the flags\n", cmd, err, cmd)
@@ -218,16 +172,8 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
 func newLogger(w io.Writer, level, format string) *slog.Logger {
-	l, err := parseLevel(level)
+	l, err := config.ParseLevel(level)
 	if err != nil {
 		l = slog.LevelInfo
 	}
@@ -238,13 +184,59 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// run is `walrelay run`: the relay until ctx ends or it stops on a failure.
+func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	v, _ := relay.BuildVersion()
+	rc := cfg.Replication()
+	log.Info("walrelay starting", "version", v, "slot", rc.Slot, "publication", rc.Publication,
+		"tables", strings.Join(rc.Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
+	opts, err := cfg.Relay(log)
+	if err == nil {
+		err = relay.Run(ctx, opts)
+	}
+	if err != nil {
+		err, isConfig := settingError(err)
+		log.Error("walrelay stopped", "error", err.Error())
+		if isConfig {
+			return ExitConfig
+		}
+		return ExitFailure
+	}
+	log.Info("walrelay stopped cleanly")
+	return ExitOK
+}
+
+// optionKeys are the configuration keys of the runtime's options.
+var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
+
+// settingError returns err naming the configuration key when a setting
+// caused it (true), else err unchanged (false).
+func settingError(err error) (error, bool) {
+	var ce *config.Error
+	var oe *relay.OptionError
+	var se *sink.SettingError
+	switch {
+	case errors.As(err, &ce):
+		return err, true
+	case errors.As(err, &oe):
+		key, ok := optionKeys[oe.Option]
+		if !ok {
+			key = oe.Option
+		}
+		return &config.Error{Key: key, Err: oe.Err}, true
+	case errors.As(err, &se):
+		return config.SinkError(se), true
+	}
+	return err, false
+}
+
 // migrate applies the default migrations to table; with partitioned, the
 // partitioned outbox (daily partitions) is created first, so the default
 // table definition then finds it in place.
 func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog.Logger) error {
 	tn, err := replication.ParseTable(table)
 	if err != nil {
-		return &ConfigError{Key: "table", Err: err}
+		return &config.Error{Key: "table", Err: err}
 	}
 	ms, err := migrations.All()
 	if err != nil {
@@ -261,7 +253,7 @@ func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog
 	defer cancel()
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return &ConfigError{Key: "postgres-dsn", Err: err}
+		return &config.Error{Key: "postgres-dsn", Err: err}
 	}
 	conn, err := pgconn.ConnectConfig(cctx, pc)
 	if err != nil {
@@ -352,7 +344,7 @@ func status(ctx context.Context, dsn, slot string, w io.Writer) error {
 
 // doctor checks every prerequisite it can without changing anything and
 // prints one line per check with the fix.
-func doctor(ctx context.Context, cfg Config, w io.Writer) int {
+func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 	failed := false
 	report := func(name string, err error) {
 		if err != nil {
@@ -362,7 +354,7 @@ func doctor(ctx context.Context, cfg Config, w io.Writer) int {
 		}
 		fmt.Fprintf(w, "ok   %-11s reachable\n", name)
 	}
-	findings, err := replication.Diagnose(ctx, cfg.replicationConfig())
+	findings, err := replication.Diagnose(ctx, cfg.Replication())
 	if err != nil {
 		report("postgres", err)
 	}
@@ -381,7 +373,7 @@ func doctor(ctx context.Context, cfg Config, w io.Writer) int {
 			fmt.Fprintf(w, "WARN %-11s %s\n", "tableless", note)
 		}
 	}
-	snk, err := newSinkForDoctor(cfg)
+	snk, err := sink.New(cfg.Sink())
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
 		err = snk.Ping(pctx)

@@ -1,4 +1,4 @@
-package relay
+package config
 
 import (
 	"errors"
@@ -12,6 +12,11 @@ import (
 
 func envMap(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
+}
+
+// loadRun loads the configuration of `walrelay run`.
+func loadRun(args []string, getenv func(string) string, help io.Writer) (Config, error) {
+	return Load("walrelay run", "Usage: walrelay run [flags]\n", args, getenv, help)
 }
 
 func TestLoadPrecedence(t *testing.T) {
@@ -31,7 +36,7 @@ max_in_flight: 500
 		"WALRELAY_SLOT":          "env_slot",
 		"WALRELAY_MAX_IN_FLIGHT": "700",
 	})
-	cfg, err := Load([]string{"--max-in-flight", "900", "--table", "a.outbox, b.outbox"}, env, io.Discard)
+	cfg, err := loadRun([]string{"--max-in-flight", "900", "--table", "a.outbox, b.outbox"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +90,10 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(tc.args, envMap(tc.env), io.Discard)
-			var ce *ConfigError
+			_, err := loadRun(tc.args, envMap(tc.env), io.Discard)
+			var ce *Error
 			if !errors.As(err, &ce) {
-				t.Fatalf("got %v, want a *ConfigError", err)
+				t.Fatalf("got %v, want a *Error", err)
 			}
 			if ce.Key != tc.wantKey {
 				t.Fatalf("error names key %q, want %q: %v", ce.Key, tc.wantKey, err)
@@ -101,7 +106,7 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 }
 
 func TestHeartbeatZeroDisables(t *testing.T) {
-	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--heartbeat-interval", "0"}, envMap(nil), io.Discard)
+	cfg, err := loadRun([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--heartbeat-interval", "0"}, envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +130,11 @@ tables:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load([]string{"--config", yml}, envMap(nil), io.Discard)
+	cfg, err := loadRun([]string{"--config", yml}, envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := cfg.decoderConfig()
+	dc, err := cfg.Decoder()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,25 +147,25 @@ tables:
 	if got := dc.Tables[1].Columns; got.AggregateID != "shipment_id" || got.Headers != "" || got.Payload != "payload" {
 		t.Errorf("shipping column map not applied: %+v", got)
 	}
-	sc := cfg.sinkConfig()
+	sc := cfg.Sink()
 	if sc.TableTopics["billing.outbox"] != "billing.{event_type}" || sc.Topic != "default.{aggregate_type}" {
 		t.Errorf("routing: %+v / %q", sc.TableTopics, sc.Topic)
 	}
 	if _, ok := sc.TableTopics["shipping.outbox"]; ok {
 		t.Errorf("shipping should use the default topic")
 	}
-	if got := strings.Join(cfg.replicationConfig().Tables, ","); got != "billing.outbox,shipping.outbox" {
+	if got := strings.Join(cfg.Replication().Tables, ","); got != "billing.outbox,shipping.outbox" {
 		t.Errorf("publication tables %q", got)
 	}
 }
 
 func TestColumnFlagsAndTablelessOnly(t *testing.T) {
 	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
-	cfg, err := Load(append(base, "--columns", "debezium", "--column-aggregate-id", "agg", "--column-timestamp", "occurred_at"), envMap(nil), io.Discard)
+	cfg, err := loadRun(append(base, "--columns", "debezium", "--column-aggregate-id", "agg", "--column-timestamp", "occurred_at"), envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, _ := cfg.decoderConfig()
+	dc, _ := cfg.Decoder()
 	if c := dc.Tables[0].Columns; c.AggregateID != "agg" || c.Timestamp != "occurred_at" || c.EventType != "type" {
 		t.Fatalf("columns %+v", c)
 	}
@@ -168,36 +173,36 @@ func TestColumnFlagsAndTablelessOnly(t *testing.T) {
 		t.Fatalf("message prefix %q, want none (the tableless outbox is opt-in)", dc.MessagePrefix)
 	}
 	// Tableless only: no table at all is fine with a message prefix.
-	cfg, err = Load(append(base, "--table", "", "--message-prefix", "walrelay.outbox"), envMap(nil), io.Discard)
+	cfg, err = loadRun(append(base, "--table", "", "--message-prefix", "walrelay.outbox"), envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatalf("tableless-only config refused: %v", err)
 	}
-	if n := len(cfg.replicationConfig().Tables); n != 0 {
+	if n := len(cfg.Replication().Tables); n != 0 {
 		t.Fatalf("tables %d", n)
 	}
 	// ... but not without one.
-	_, err = Load(append(base, "--table", "", "--message-prefix", ""), envMap(nil), io.Discard)
-	var ce *ConfigError
+	_, err = loadRun(append(base, "--table", "", "--message-prefix", ""), envMap(nil), io.Discard)
+	var ce *Error
 	if !errors.As(err, &ce) || ce.Key != "table" {
 		t.Fatalf("no table and no prefix: %v", err)
 	}
-	_, err = Load(append(base, "--column-payload", "none"), envMap(nil), io.Discard)
+	_, err = loadRun(append(base, "--column-payload", "none"), envMap(nil), io.Discard)
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "required") {
 		t.Fatalf("payload none: %v", err)
 	}
-	_, err = Load(append(base, "--on-poison", "ignore"), envMap(nil), io.Discard)
+	_, err = loadRun(append(base, "--on-poison", "ignore"), envMap(nil), io.Discard)
 	if !errors.As(err, &ce) || ce.Key != "on-poison" {
 		t.Fatalf("on-poison ignore: %v", err)
 	}
 }
 
 func TestHeaderAndPartitionColumns(t *testing.T) {
-	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092",
+	cfg, err := loadRun([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092",
 		"--header-columns", "trace_id, tenant", "--column-partition", "shard"}, envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := cfg.decoderConfig()
+	dc, err := cfg.Decoder()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,19 +214,19 @@ func TestHeaderAndPartitionColumns(t *testing.T) {
 
 func TestOperationsSettings(t *testing.T) {
 	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
-	cfg, err := Load(base, envMap(nil), io.Discard)
+	cfg, err := loadRun(base, envMap(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.SlotMetricsInterval != 5*time.Second || cfg.StandbyRetryInterval != time.Second || cfg.SlotFailover {
 		t.Fatalf("defaults: slot metrics %v, standby retry %v, failover %v", cfg.SlotMetricsInterval, cfg.StandbyRetryInterval, cfg.SlotFailover)
 	}
-	cfg, err = Load(append(base, "--slot-metrics-interval", "0", "--standby-retry-interval", "2s"),
+	cfg, err = loadRun(append(base, "--slot-metrics-interval", "0", "--standby-retry-interval", "2s"),
 		envMap(map[string]string{"WALRELAY_SLOT_FAILOVER": "true"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.SlotMetricsInterval != 0 || cfg.StandbyRetryInterval != 2*time.Second || !cfg.SlotFailover || !cfg.replicationConfig().SlotFailover {
+	if cfg.SlotMetricsInterval != 0 || cfg.StandbyRetryInterval != 2*time.Second || !cfg.SlotFailover || !cfg.Replication().SlotFailover {
 		t.Fatalf("set: slot metrics %v, standby retry %v, failover %v", cfg.SlotMetricsInterval, cfg.StandbyRetryInterval, cfg.SlotFailover)
 	}
 }

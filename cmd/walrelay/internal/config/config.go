@@ -1,20 +1,20 @@
-package relay
+package config
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
+	"log/slog"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/walrelay/walrelay/checkpoint"
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -102,193 +102,6 @@ type Config struct {
 	TxnMaxRecords               int
 }
 
-// setting binds one configuration key to its flag, env var and YAML key.
-type setting struct {
-	name  string // flag name; env WALRELAY_<NAME_UPPER>; yaml <name with _>
-	usage string
-	value flag.Value
-}
-
-func (s setting) env() string {
-	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
-}
-
-func (s setting) yamlKey() string { return strings.ReplaceAll(s.name, "-", "_") }
-
-type stringVal struct{ p *string }
-
-func (v stringVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return *v.p
-}
-func (v stringVal) Set(s string) error { *v.p = s; return nil }
-
-type listVal struct{ p *[]string }
-
-func (v listVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strings.Join(*v.p, ",")
-}
-func (v listVal) Set(s string) error {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	*v.p = out
-	return nil
-}
-
-type intVal struct{ p *int }
-
-func (v intVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strconv.Itoa(*v.p)
-}
-func (v intVal) Set(s string) error {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return fmt.Errorf("%q is not a whole number", s)
-	}
-	*v.p = n
-	return nil
-}
-
-// sizeVal is a byte size: plain bytes (67108864) or a number with a unit,
-// KiB/MiB/GiB (powers of 1024) or KB/MB/GB (powers of 1000); B is bytes.
-// Flags, env and YAML all parse through it, and String prints the form the
-// README shows (64MiB).
-type sizeVal struct{ p *int }
-
-var sizeUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	// Longest suffixes first, so "MiB" is not read as "B".
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
-	{"B", 1},
-}
-
-func (v sizeVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return formatSize(int64(*v.p))
-}
-
-func (v sizeVal) Set(s string) error {
-	n, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*v.p = int(n)
-	return nil
-}
-
-// formatSize prints n with the largest binary unit that divides it exactly.
-func formatSize(n int64) string {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n != 0 && n%u.mult == 0 {
-			return strconv.FormatInt(n/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-// parseSize reads a non-negative byte size such as 64MiB, 512KiB, 1MB or
-// 67108864; a result that does not fit in an int is an error.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) {
-			return 0, fmt.Errorf("%q is too large", s)
-		}
-		return 0, fmt.Errorf("%q is not a size (bytes, or a whole number with KiB, MiB, GiB, KB, MB or GB, e.g. 64MiB)", s)
-	}
-	if n < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	if n > int64(math.MaxInt)/mult {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * mult, nil
-}
-
-type boolVal struct{ p *bool }
-
-func (v boolVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strconv.FormatBool(*v.p)
-}
-func (v boolVal) IsBoolFlag() bool { return true }
-func (v boolVal) Set(s string) error {
-	b, err := strconv.ParseBool(strings.TrimSpace(s))
-	if err != nil {
-		return fmt.Errorf("%q is not true or false", s)
-	}
-	*v.p = b
-	return nil
-}
-
-type mapVal struct {
-	m   map[string]string
-	key string
-}
-
-func (v mapVal) String() string {
-	if v.m == nil {
-		return ""
-	}
-	return v.m[v.key]
-}
-func (v mapVal) Set(s string) error {
-	v.m[v.key] = strings.TrimSpace(s)
-	return nil
-}
-
-type durVal struct{ p *time.Duration }
-
-func (v durVal) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return v.p.String()
-}
-func (v durVal) Set(s string) error {
-	s = strings.TrimSpace(s)
-	if s == "0" {
-		*v.p = 0
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration like 10s or 500ms", s)
-	}
-	*v.p = d
-	return nil
-}
-
 // Defaults returns the configuration used when nothing is set.
 func Defaults() Config {
 	return Config{
@@ -311,7 +124,7 @@ func Defaults() Config {
 		MaxInFlight:            checkpoint.DefaultMaxInFlight,
 		ShutdownTimeout:        30 * time.Second,
 		KafkaTimeout:           15 * time.Second,
-		OnPoison:               OnPoisonDLQ,
+		OnPoison:               relay.OnPoisonDLQ,
 		DLQTopic:               sink.DefaultDLQTopic,
 		Compression:            "zstd",
 		Linger:                 5 * time.Millisecond,
@@ -398,93 +211,23 @@ func (c *Config) settings() []setting {
 
 // readSecretFiles replaces each secret with the contents of its -file
 // setting, when set. Trailing newlines are not part of the secret. Setting
-// a secret both directly and by file is an error.
-func (c *Config) readSecretFiles() error {
-	for _, f := range []struct {
-		key, path string
-		dst       *string
-	}{
-		{"postgres-dsn", c.PostgresDSNFile, &c.PostgresDSN},
-		{"sasl-password", c.SASLPasswordFile, &c.KafkaSASL.Password},
-	} {
-		if err := readSecretFile(f.key, f.path, f.dst); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
-// readSecretFile sets *dst to the contents of path (without trailing
-// newlines) when path is set; key names the secret's setting.
-func readSecretFile(key, path string, dst *string) error {
-	if path == "" {
-		return nil
-	}
-	if *dst != "" {
-		return &ConfigError{Key: key + "-file", Err: fmt.Errorf("both --%s and --%s-file are set; keep one", key, key)}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return &ConfigError{Key: key + "-file", Err: err}
-	}
-	if *dst = strings.TrimRight(string(b), "\r\n"); *dst == "" {
-		return &ConfigError{Key: key + "-file", Err: fmt.Errorf("%s is empty", path)}
-	}
-	return nil
-}
-
-// ConfigError is a configuration value walrelay refuses, naming the key and
-// where it can be set.
-type ConfigError struct {
-	Key    string
-	Source string // flag, env, yaml file, or "" when the combination is wrong
-	Err    error
-}
-
-func (e *ConfigError) Error() string {
-	if e.Key == "flags" {
-		return fmt.Sprintf("invalid command line: %v (see walrelay run -h)", e.Err)
-	}
-	where := fmt.Sprintf("--%s / %s", e.Key, "WALRELAY_"+strings.ToUpper(strings.ReplaceAll(e.Key, "-", "_")))
-	if e.Source != "" {
-		return fmt.Sprintf("invalid config %s (from %s): %v; set %s", e.Key, e.Source, e.Err, where)
-	}
-	return fmt.Sprintf("invalid config %s: %v; set %s", e.Key, e.Err, where)
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// Load builds the configuration for `walrelay run` from args (flags, without
-// the subcommand), the environment (getenv) and the YAML file named by
-// --config or WALRELAY_CONFIG. It validates the result. -h prints the usage
-// to help and returns flag.ErrHelp.
-func Load(args []string, getenv func(string) string, help io.Writer) (Config, error) {
-	return loadCommand("run", args, getenv, help)
-}
-
-// loadCommand is Load for cmd (run or doctor, which share the settings);
-// cmd names the usage -h prints.
-func loadCommand(cmd string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
+// Load builds the configuration of `walrelay run` or `walrelay doctor` (name,
+// e.g. "walrelay run") from args (flags, without the subcommand), the
+// environment (getenv) and the YAML file named by --config or
+// WALRELAY_CONFIG, in rising priority over the defaults. It validates the
+// result. -h prints usage and the flags to help and returns flag.ErrHelp.
+func Load(name, usage string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := Defaults()
-	fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), commandUsage[cmd])
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(name, usage)
 	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
 	// Flags are parsed into a scratch Config first, then applied last.
 	scratch := Defaults()
 	for _, s := range scratch.settings() {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	if err := parseFlags(fs, args, help); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return Config{}, err
-		}
-		return Config{}, &ConfigError{Key: "flags", Err: err}
-	}
-	if fs.NArg() > 0 {
-		return Config{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := ParseFlags(fs, args, help); err != nil {
+		return Config{}, err
 	}
 	byName := map[string]setting{}
 	for _, s := range cfg.settings() {
@@ -496,9 +239,9 @@ func loadCommand(cmd string, args []string, getenv func(string) string, help io.
 		}
 	}
 	for _, s := range cfg.settings() {
-		if v, ok := lookupEnv(getenv, s.env()); ok {
+		if v := getenv(s.env()); v != "" {
 			if err := s.value.Set(v); err != nil {
-				return Config{}, &ConfigError{Key: s.name, Source: "env " + s.env(), Err: err}
+				return Config{}, &Error{Key: s.name, Source: "env " + s.env(), Err: err}
 			}
 		}
 	}
@@ -506,7 +249,7 @@ func loadCommand(cmd string, args []string, getenv func(string) string, help io.
 	fs.Visit(func(f *flag.Flag) {
 		if s, ok := byName[f.Name]; ok && ferr == nil {
 			if err := s.value.Set(f.Value.String()); err != nil {
-				ferr = &ConfigError{Key: s.name, Source: "flag", Err: err}
+				ferr = &Error{Key: s.name, Source: "flag", Err: err}
 			}
 		}
 	})
@@ -522,19 +265,23 @@ func loadCommand(cmd string, args []string, getenv func(string) string, help io.
 	return cfg, nil
 }
 
-func lookupEnv(getenv func(string) string, key string) (string, bool) {
-	v := getenv(key)
-	return v, v != ""
+// readSecretFiles replaces each secret with the contents of its -file
+// setting, when set (see ReadSecretFile).
+func (c *Config) readSecretFiles() error {
+	if err := ReadSecretFile("postgres-dsn", c.PostgresDSNFile, &c.PostgresDSN); err != nil {
+		return err
+	}
+	return ReadSecretFile("sasl-password", c.SASLPasswordFile, &c.KafkaSASL.Password)
 }
 
 func applyYAML(path string, byName map[string]setting, cfg *Config) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return &ConfigError{Key: "config", Source: "flag", Err: err}
+		return &Error{Key: "config", Source: "flag", Err: err}
 	}
 	var raw map[string]any
 	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return &ConfigError{Key: "config", Source: path, Err: fmt.Errorf("not valid YAML: %w", err)}
+		return &Error{Key: "config", Source: path, Err: fmt.Errorf("not valid YAML: %w", err)}
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
@@ -544,13 +291,13 @@ func applyYAML(path string, byName map[string]setting, cfg *Config) error {
 	for _, k := range keys {
 		if k == "tables" {
 			if err := tableSpecsFromYAML(raw[k], cfg); err != nil {
-				return &ConfigError{Key: "tables", Source: path, Err: err}
+				return &Error{Key: "tables", Source: path, Err: err}
 			}
 			continue
 		}
 		s, ok := byName[strings.ReplaceAll(k, "_", "-")]
 		if !ok {
-			return &ConfigError{Key: "config", Source: path, Err: fmt.Errorf("unknown key %q", k)}
+			return &Error{Key: "config", Source: path, Err: fmt.Errorf("unknown key %q", k)}
 		}
 		var v string
 		switch x := raw[k].(type) {
@@ -566,137 +313,164 @@ func applyYAML(path string, byName map[string]setting, cfg *Config) error {
 			v = fmt.Sprint(x)
 		}
 		if err := s.value.Set(v); err != nil {
-			return &ConfigError{Key: s.name, Source: path, Err: err}
+			return &Error{Key: s.name, Source: path, Err: err}
 		}
 	}
 	return nil
 }
 
-// Validate checks every key and the combination, with a message naming the key.
+// Validate checks every key and the combination, with a message naming the
+// key: the first rule broken, in the order of the rules below, then what the
+// decoder, the replication and the sink configurations refuse.
 func (c Config) Validate() error {
-	bad := func(key string, format string, a ...any) error {
-		return &ConfigError{Key: key, Err: fmt.Errorf(format, a...)}
+	rules := []struct {
+		key    string
+		broken bool
+		why    string
+	}{
+		{"postgres-dsn", c.PostgresDSN == "", "required, e.g. postgres://walrelay@db:5432/app (or --postgres-dsn-file)"},
+		{"kafka-brokers", len(c.KafkaBrokers) == 0, "required, e.g. kafka1:9092,kafka2:9092"},
+		{"message-prefix", c.MessagePrefix == relay.HeartbeatPrefix, fmt.Sprintf("%q is reserved for heartbeats", c.MessagePrefix)},
+		{"max-in-flight", c.MaxInFlight < 2, fmt.Sprintf("must be at least 2, got %d", c.MaxInFlight)},
+		{"heartbeat-interval", c.HeartbeatInterval < 0, "must not be negative (0 disables)"},
+		{"status-interval", c.StatusInterval <= 0, "must be positive"},
+		{"shutdown-timeout", c.ShutdownTimeout <= 0, "must be positive"},
+		{"kafka-timeout", c.KafkaTimeout <= 0, "must be positive"},
+		{"batch-max-bytes", c.BatchMaxBytes <= 0 || c.BatchMaxBytes > 1<<30, fmt.Sprintf("must be between 1 and 1 GiB, got %d", c.BatchMaxBytes)},
+		{"max-buffered-bytes", c.MaxBufferedBytes < c.BatchMaxBytes, fmt.Sprintf("must be at least batch-max-bytes (%d), got %d", c.BatchMaxBytes, c.MaxBufferedBytes)},
+		{"topic-partitions", c.TopicPartitions == 0 || c.TopicPartitions < -1, fmt.Sprintf("must be -1 (broker default) or positive, got %d", c.TopicPartitions)},
+		{"topic-replication-factor", c.TopicReplicationFactor == 0 || c.TopicReplicationFactor < -1 || c.TopicReplicationFactor > 32767,
+			fmt.Sprintf("must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)},
+		{"on-poison", c.OnPoison != relay.OnPoisonDLQ && c.OnPoison != relay.OnPoisonStop, fmt.Sprintf("must be dlq or stop, got %q", c.OnPoison)},
+		{"log-level", !validLevel(c.LogLevel), fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)},
+		{"log-format", c.LogFormat != "json" && c.LogFormat != "text", fmt.Sprintf("must be json or text, got %q", c.LogFormat)},
+		{"slot-metrics-interval", c.SlotMetricsInterval < 0, "must not be negative (0 disables)"},
+		{"standby-retry-interval", c.StandbyRetryInterval <= 0, "must be positive"},
 	}
-	if c.PostgresDSN == "" {
-		return bad("postgres-dsn", "required, e.g. postgres://walrelay@db:5432/app (or --postgres-dsn-file)")
+	for _, r := range rules {
+		if r.broken {
+			return invalid(r.key, "%s", r.why)
+		}
 	}
-	if len(c.KafkaBrokers) == 0 {
-		return bad("kafka-brokers", "required, e.g. kafka1:9092,kafka2:9092")
+	for _, check := range []func() error{c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func validLevel(s string) bool {
+	_, err := ParseLevel(s)
+	return err == nil
+}
+
+// validateTables checks the column preset and map, the outbox tables and
+// their topic templates.
+func (c Config) validateTables() error {
 	if _, err := columnPreset(c.Columns); err != nil {
-		return bad("columns", "%v", err)
+		return invalid("columns", "%v", err)
 	}
 	if _, err := applyColumnMap(decoder.DefaultColumns(), c.ColumnMap); err != nil {
-		return bad("column-"+strings.ReplaceAll(firstRole(c.ColumnMap), "_", "-"), "%v", err)
+		return invalid("column-"+strings.ReplaceAll(firstRole(c.ColumnMap), "_", "-"), "%v", err)
 	}
 	ts, err := c.tables()
 	if err != nil {
-		key := "table"
-		if len(c.TableSpecs) > 0 {
-			key = "tables"
-		}
-		return bad(key, "%v", err)
+		return invalid(c.tablesKey(), "%v", err)
 	}
 	if len(ts) == 0 && c.MessagePrefix == "" {
-		return bad("table", "at least one outbox table is required (or a message-prefix for the tableless outbox)")
+		return invalid("table", "at least one outbox table is required (or a message-prefix for the tableless outbox)")
 	}
 	for _, t := range ts {
 		if _, err := sink.ParseTemplate(t.topic); err != nil {
 			if t.topic == c.Topic {
-				return bad("topic", "%v", err)
+				return invalid("topic", "%v", err)
 			}
-			return bad("tables", "%s: %v", t.name, err)
+			return invalid("tables", "%s: %v", t.name, err)
 		}
-	}
-	if err := c.validateDecoder(); err != nil {
-		return err
-	}
-	if c.MessagePrefix == heartbeatPrefix {
-		return bad("message-prefix", "%q is reserved for heartbeats", c.MessagePrefix)
-	}
-	if c.MaxInFlight < 2 {
-		return bad("max-in-flight", "must be at least 2, got %d", c.MaxInFlight)
-	}
-	if c.HeartbeatInterval < 0 {
-		return bad("heartbeat-interval", "must not be negative (0 disables)")
-	}
-	if c.StatusInterval <= 0 {
-		return bad("status-interval", "must be positive")
-	}
-	if c.ShutdownTimeout <= 0 {
-		return bad("shutdown-timeout", "must be positive")
-	}
-	if c.KafkaTimeout <= 0 {
-		return bad("kafka-timeout", "must be positive")
-	}
-	if c.BatchMaxBytes <= 0 || c.BatchMaxBytes > 1<<30 {
-		return bad("batch-max-bytes", "must be between 1 and 1 GiB, got %d", c.BatchMaxBytes)
-	}
-	if c.MaxBufferedBytes < c.BatchMaxBytes {
-		return bad("max-buffered-bytes", "must be at least batch-max-bytes (%d), got %d", c.BatchMaxBytes, c.MaxBufferedBytes)
-	}
-	if c.TopicPartitions == 0 || c.TopicPartitions < -1 {
-		return bad("topic-partitions", "must be -1 (broker default) or positive, got %d", c.TopicPartitions)
-	}
-	if c.TopicReplicationFactor == 0 || c.TopicReplicationFactor < -1 || c.TopicReplicationFactor > 32767 {
-		return bad("topic-replication-factor", "must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)
-	}
-	if c.OnPoison != OnPoisonDLQ && c.OnPoison != OnPoisonStop {
-		return bad("on-poison", "must be dlq or stop, got %q", c.OnPoison)
-	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
-		return bad("log-level", "%v", err)
-	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		return bad("log-format", "must be json or text, got %q", c.LogFormat)
-	}
-	if c.SlotMetricsInterval < 0 {
-		return bad("slot-metrics-interval", "must not be negative (0 disables)")
-	}
-	if c.StandbyRetryInterval <= 0 {
-		return bad("standby-retry-interval", "must be positive")
-	}
-	if err := c.validateDelivery(); err != nil {
-		return err
-	}
-	if err := c.replicationConfig().Validate(); err != nil {
-		// replication errors start with the key: "slot: ...".
-		key, rest, _ := strings.Cut(err.Error(), ": ")
-		return &ConfigError{Key: key, Err: errors.New(rest)}
-	}
-	if err := c.sinkConfig().Validate(); err != nil {
-		return classifySinkErr(err)
 	}
 	return nil
 }
 
-func classifySinkErr(err error) error {
-	var se *sink.SettingError
-	if errors.As(err, &se) {
-		key := se.Setting
-		if !strings.HasPrefix(key, "sasl-") {
-			key = "kafka-" + key
+// tablesKey is the key that sets the outbox tables: tables (YAML) or table.
+func (c Config) tablesKey() string {
+	if len(c.TableSpecs) > 0 {
+		return "tables"
+	}
+	return "table"
+}
+
+// validateDecoder checks the whole decoder configuration (duplicate header
+// columns, a required column unmapped, ...) so that it fails at startup, not
+// in every replication session.
+func (c Config) validateDecoder() error {
+	dc, err := c.Decoder()
+	if err == nil {
+		err = dc.Validate()
+	}
+	var de *decoder.ConfigError
+	if !errors.As(err, &de) {
+		if err != nil {
+			return invalid(c.tablesKey(), "%v", err)
 		}
-		return &ConfigError{Key: key, Err: se.Err}
+		return nil
 	}
-	msg := err.Error()
+	key := c.tablesKey()
 	switch {
-	case strings.HasPrefix(msg, "kafka brokers"):
-		return &ConfigError{Key: "kafka-brokers", Err: err}
-	case strings.HasPrefix(msg, "kafka compression"):
-		return &ConfigError{Key: "compression", Err: err}
-	case strings.HasPrefix(msg, "topic template for"):
-		return &ConfigError{Key: "tables", Err: err}
-	case strings.HasPrefix(msg, "topic template"):
-		return &ConfigError{Key: "topic", Err: err}
-	case strings.HasPrefix(msg, "dead-letter topic"):
-		return &ConfigError{Key: "dlq-topic", Err: err}
-	case strings.HasPrefix(msg, "kafka linger"):
-		return &ConfigError{Key: "linger", Err: err}
-	case strings.HasPrefix(msg, "kafka batch max bytes"):
-		return &ConfigError{Key: "batch-max-bytes", Err: err}
+	case key == "tables":
+	case de.Field == "header_columns":
+		key = "header-columns"
+	case de.Field == "message_prefix":
+		key = "message-prefix"
 	}
-	return &ConfigError{Key: "kafka", Err: err}
+	return &Error{Key: key, Err: de.Err}
+}
+
+// validateReplication maps what the replication configuration refuses to
+// the key that sets it.
+func (c Config) validateReplication() error {
+	err := c.Replication().Validate()
+	var se *replication.SettingError
+	if errors.As(err, &se) {
+		return &Error{Key: se.Setting, Err: se.Err}
+	}
+	return err
+}
+
+// validateSink maps what the sink configuration refuses to the key that
+// sets it.
+func (c Config) validateSink() error {
+	if err := c.Sink().Validate(); err != nil {
+		return SinkError(err)
+	}
+	return nil
+}
+
+// sinkKeys are the keys of the sink's settings whose names differ from
+// kafka-<setting>.
+var sinkKeys = map[string]string{
+	"compression": "compression", "topic": "topic", "table-topics": "tables", "dlq-topic": "dlq-topic",
+	"linger": "linger", "batch-max-bytes": "batch-max-bytes", "max-buffered": "max-buffered-bytes",
+	"topic-partitions": "topic-partitions", "topic-lookup": "kafka-timeout",
+}
+
+// SinkError returns err, a *sink.SettingError from the sink's Validate or
+// New (a TLS or secret file that cannot be read), as an *Error naming the
+// key; other errors unchanged.
+func SinkError(err error) error {
+	var se *sink.SettingError
+	if !errors.As(err, &se) {
+		return err
+	}
+	key, ok := sinkKeys[se.Setting]
+	switch {
+	case ok:
+	case strings.HasPrefix(se.Setting, "sasl-"):
+		key = se.Setting
+	default:
+		key = "kafka-" + se.Setting
+	}
+	return &Error{Key: key, Err: se.Err}
 }
 
 func columnPreset(name string) (decoder.Columns, error) {
@@ -709,7 +483,40 @@ func columnPreset(name string) (decoder.Columns, error) {
 	return decoder.Columns{}, fmt.Errorf("unknown preset %q (use default or debezium)", name)
 }
 
-func (c Config) replicationConfig() replication.Config {
+// Relay is the runtime's Options for this configuration; log is the logger.
+func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
+	dc, err := c.Decoder()
+	if err != nil {
+		return relay.Options{}, err
+	}
+	o := relay.Options{
+		Replication:          c.Replication(),
+		Sink:                 c.Sink(),
+		Decoder:              dc,
+		MaxInFlight:          c.MaxInFlight,
+		OnPoison:             c.OnPoison,
+		HeartbeatInterval:    c.HeartbeatInterval,
+		SlotMetricsInterval:  c.SlotMetricsInterval,
+		StandbyRetryInterval: c.StandbyRetryInterval,
+		ShutdownTimeout:      c.ShutdownTimeout,
+		KafkaTimeout:         c.KafkaTimeout,
+		MetricsAddr:          c.MetricsAddr,
+		PProf:                c.PProf,
+		Logger:               log,
+	}
+	if c.Delivery == DeliveryExactlyOnce {
+		maxRecords := c.TxnMaxRecords
+		if maxRecords <= 0 {
+			maxRecords = c.MaxInFlight / 2
+		}
+		o.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: c.transactionalID(), CheckpointTopic: c.CheckpointTopic,
+			CheckpointReplicationFactor: int16(c.CheckpointReplicationFactor), CommitInterval: c.TxnCommitInterval, MaxRecords: maxRecords}
+	}
+	return o, nil
+}
+
+// Replication is the replication configuration: slot, publication, tables.
+func (c Config) Replication() replication.Config {
 	ts, _ := c.tables()
 	names := make([]string, len(ts))
 	cols := make(map[string][]string, len(ts))
@@ -731,7 +538,8 @@ func (c Config) replicationConfig() replication.Config {
 	}
 }
 
-func (c Config) sinkConfig() sink.Config {
+// Sink is the Kafka producer's configuration.
+func (c Config) Sink() sink.Config {
 	ts, _ := c.tables()
 	topics := map[string]string{}
 	for _, t := range ts {
@@ -761,39 +569,18 @@ func (c Config) sinkConfig() sink.Config {
 	}
 }
 
-func (c Config) decoderConfig() (decoder.Config, error) {
+// Decoder is the decoder's configuration: the outbox tables' column
+// mappings and the tableless prefix.
+func (c Config) Decoder() (decoder.Config, error) {
 	ts, err := c.tables()
 	if err != nil {
 		return decoder.Config{}, err
 	}
-	dc := decoder.Config{MessagePrefix: c.MessagePrefix, HeartbeatPrefix: heartbeatPrefix}
+	dc := decoder.Config{MessagePrefix: c.MessagePrefix, HeartbeatPrefix: relay.HeartbeatPrefix}
 	for _, t := range ts {
 		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns})
 	}
 	return dc, nil
-}
-
-// validateDecoder checks the whole decoder configuration (duplicate header
-// columns, a required column unmapped, ...) so that it fails at startup, not
-// in every replication session.
-func (c Config) validateDecoder() error {
-	dc, err := c.decoderConfig()
-	if err == nil {
-		err = dc.Validate()
-	}
-	if err == nil {
-		return nil
-	}
-	key := "table"
-	switch {
-	case len(c.TableSpecs) > 0:
-		key = "tables"
-	case strings.Contains(err.Error(), "header column"):
-		key = "header-columns"
-	case strings.Contains(err.Error(), "prefix"):
-		key = "message-prefix"
-	}
-	return &ConfigError{Key: key, Err: errors.New(strings.TrimPrefix(err.Error(), "decoder config: "))}
 }
 
 // firstRole names the column role an error most likely concerns.

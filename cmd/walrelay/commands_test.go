@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"bytes"
@@ -89,9 +89,9 @@ func TestSubcommandHelpAndBadFlags(t *testing.T) {
 
 func TestDoctorAndStatus(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	pg := newPG(t, dsn)
-	pg.exec("DROP TABLE IF EXISTS public.doctor_outbox")
-	t.Cleanup(func() { pg.exec("DROP TABLE IF EXISTS public.doctor_outbox") })
+	pg := pgtest.Connect(t, dsn)
+	pg.Exec("DROP TABLE IF EXISTS public.doctor_outbox")
+	t.Cleanup(func() { pg.Exec("DROP TABLE IF EXISTS public.doctor_outbox") })
 	run := func(args ...string) (int, string) {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), args, envMap(nil), &out, &errOut)

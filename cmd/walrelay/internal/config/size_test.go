@@ -1,4 +1,4 @@
-package relay
+package config
 
 import (
 	"io"
@@ -86,7 +86,7 @@ func TestSizeSettingsEverySource(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := Load(append(append([]string{}, base...), c.args...), envMap(c.env), io.Discard)
+			cfg, err := loadRun(append(append([]string{}, base...), c.args...), envMap(c.env), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,11 +95,11 @@ func TestSizeSettingsEverySource(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Load(append(append([]string{}, base...), "--max-buffered-bytes", "lots"), envMap(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "max-buffered-bytes") {
+	if _, err := loadRun(append(append([]string{}, base...), "--max-buffered-bytes", "lots"), envMap(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "max-buffered-bytes") {
 		t.Fatalf("bad size: got %v, want an error naming max-buffered-bytes", err)
 	}
 	var usage strings.Builder
-	_, _ = Load([]string{"-h"}, envMap(nil), &usage)
+	_, _ = loadRun([]string{"-h"}, envMap(nil), &usage)
 	for _, want := range []string{"(default 1MiB)", "(default 64MiB)"} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("run -h does not print %q", want)

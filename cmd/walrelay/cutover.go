@@ -1,4 +1,4 @@
-package relay
+package main
 
 import (
 	"context"
@@ -12,130 +12,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/replication"
 )
-
-// CutoverNudgePrefix is the prefix of the one transactional logical message
-// `walrelay cutover` writes after creating walrelay's slot. Debezium only
-// confirms its slot on an offset commit after it emitted a record (a change
-// or a heartbeat), so on an idle database its slot stays below walrelay's
-// start unless a transaction after it arrives; this message is that
-// transaction. Debezium turns a logical message into a record on
-// <topic.prefix>.message unless message.prefix.exclude.list names the prefix.
-// walrelay itself counts it as a foreign message.
-const CutoverNudgePrefix = "walrelay.cutover"
-
-// CutoverConfig is what `walrelay cutover` needs.
-type CutoverConfig struct {
-	PostgresDSN string
-	// Slot, Publication and Tables are walrelay's, as `walrelay run` gets
-	// them (defaults walrelay, walrelay, public.outbox).
-	Slot              string
-	Publication       string
-	Tables            []string
-	CreatePublication bool
-	// FromSlot is the slot of the system walrelay replaces (Debezium's
-	// slot.name). Required.
-	FromSlot string
-	// Timeout bounds the wait for FromSlot to reach walrelay's start
-	// (default 10m).
-	Timeout time.Duration
-	// PollInterval is how often both slots are read (default 1s).
-	PollInterval time.Duration
-	// StallWarning is how long FromSlot may stay still before the command
-	// says what usually keeps it there (default 60s).
-	StallWarning time.Duration
-	// Nudge writes one transactional logical message (CutoverNudgePrefix)
-	// after walrelay's slot exists, so an idle database has a transaction
-	// past walrelay's start that FromSlot can confirm (default true).
-	Nudge bool
-	// DropFromSlot drops FromSlot instead of waiting, after checking that it
-	// is inactive and confirmed at or past StartLSN.
-	DropFromSlot bool
-	// StartLSN is walrelay's start (the consistent point the first cutover
-	// run printed); with DropFromSlot. Zero: walrelay's slot's confirmed
-	// position, which is at or past its start.
-	StartLSN pglogrepl.LSN
-}
-
-// DefaultCutoverConfig returns the cutover configuration used when nothing is
-// set; FromSlot has no default.
-func DefaultCutoverConfig() CutoverConfig {
-	return CutoverConfig{
-		Slot: "walrelay", Publication: "walrelay", Tables: []string{"public.outbox"}, CreatePublication: true,
-		Timeout: 10 * time.Minute, PollInterval: time.Second, StallWarning: time.Minute, Nudge: true,
-	}
-}
-
-type lsnVal struct{ p *pglogrepl.LSN }
-
-func (v lsnVal) String() string {
-	if v.p == nil || *v.p == 0 {
-		return ""
-	}
-	return v.p.String()
-}
-func (v lsnVal) Set(s string) error {
-	l, err := pglogrepl.ParseLSN(strings.TrimSpace(s))
-	if err != nil {
-		return fmt.Errorf("%q is not an LSN like 0/1A2B3C4", s)
-	}
-	*v.p = l
-	return nil
-}
-
-func (c *CutoverConfig) settings() []setting {
-	return []setting{
-		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
-		{"slot", "walrelay's replication slot (created here)", stringVal{&c.Slot}},
-		{"publication", "walrelay's publication (created when missing, as by walrelay run)", stringVal{&c.Publication}},
-		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
-		{"create-publication", "create the publication when missing", boolVal{&c.CreatePublication}},
-		{"from-slot", "the slot of the system walrelay replaces (Debezium's slot.name); required", stringVal{&c.FromSlot}},
-		{"timeout", "how long to wait for --from-slot to confirm walrelay's start", durVal{&c.Timeout}},
-		{"poll-interval", "how often both slots are read", durVal{&c.PollInterval}},
-		{"stall-warning", "how long --from-slot may stand still before a hint is printed", durVal{&c.StallWarning}},
-		{"nudge", "write one transactional logical message with prefix " + CutoverNudgePrefix + " after creating the slot (moves Debezium's slot on an idle database)", boolVal{&c.Nudge}},
-		{"drop-from-slot", "drop --from-slot (after checking it is inactive and confirmed at or past --start-lsn) instead of waiting", boolVal{&c.DropFromSlot}},
-		{"start-lsn", "with --drop-from-slot: walrelay's start LSN printed by the first cutover run (default: walrelay's slot's confirmed position)", lsnVal{&c.StartLSN}},
-	}
-}
-
-// Validate reports the first value cutover refuses, as a *ConfigError.
-func (c CutoverConfig) Validate() error {
-	bad := func(key string, format string, args ...any) error {
-		return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
-	}
-	switch {
-	case c.PostgresDSN == "":
-		return bad("postgres-dsn", "required")
-	case c.FromSlot == "":
-		return bad("from-slot", "required: the replication slot of the system walrelay replaces (Debezium's slot.name)")
-	case c.FromSlot == c.Slot:
-		return bad("from-slot", "%q is walrelay's own --slot; to run walrelay on that slot directly see docs/migrating-from-debezium.md", c.FromSlot)
-	case c.Timeout <= 0:
-		return bad("timeout", "must be positive")
-	case c.PollInterval <= 0:
-		return bad("poll-interval", "must be positive")
-	case c.StallWarning < 0:
-		return bad("stall-warning", "must not be negative")
-	case c.StartLSN != 0 && !c.DropFromSlot:
-		return bad("start-lsn", "only with --drop-from-slot")
-	}
-	if err := replication.ValidateIdentifier(c.FromSlot); err != nil {
-		return bad("from-slot", "%w", err)
-	}
-	rc := c.replicationConfig()
-	if err := rc.Validate(); err != nil {
-		return &ConfigError{Key: strings.SplitN(err.Error(), ":", 2)[0], Err: err}
-	}
-	return nil
-}
-
-func (c CutoverConfig) replicationConfig() replication.Config {
-	return replication.Config{DSN: c.PostgresDSN, Slot: c.Slot, Publication: c.Publication, Tables: c.Tables,
-		NoCreatePublication: !c.CreatePublication}
-}
 
 const cutoverUsage = `Usage: walrelay cutover --from-slot <debezium slot> [flags]
 
@@ -155,11 +34,11 @@ Flags:
 
 func cutoverCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, "info", "json")
-	cfg, err := loadCutoverConfig(args, getenv, stdout)
+	cfg, err := config.LoadCutover(cutoverUsage, args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
-	if isFlagsError(err) {
+	if config.IsUsage(err) {
 		return badFlags(stderr, "cutover", err)
 	}
 	if err != nil {
@@ -172,7 +51,7 @@ func cutoverCommand(ctx context.Context, args []string, getenv func(string) stri
 		err = Cutover(ctx, cfg, stdout)
 	}
 	if err != nil {
-		var ce *ConfigError
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			log.Error("invalid configuration", "error", err.Error())
 			return ExitConfig
@@ -181,40 +60,6 @@ func cutoverCommand(ctx context.Context, args []string, getenv func(string) stri
 		return ExitFailure
 	}
 	return ExitOK
-}
-
-// loadCutoverConfig reads the cutover flags over the WALRELAY_* environment
-// over the defaults, and validates the result.
-func loadCutoverConfig(args []string, getenv func(string) string, help io.Writer) (CutoverConfig, error) {
-	cfg := DefaultCutoverConfig()
-	for _, s := range cfg.settings() {
-		if v, ok := lookupEnv(getenv, s.env()); ok {
-			if err := s.value.Set(v); err != nil {
-				return CutoverConfig{}, &ConfigError{Key: s.name, Source: "env " + s.env(), Err: err}
-			}
-		}
-	}
-	fs := flag.NewFlagSet("walrelay cutover", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), cutoverUsage)
-		fs.PrintDefaults()
-	}
-	for _, s := range cfg.settings() {
-		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
-	}
-	if err := parseFlags(fs, args, help); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return CutoverConfig{}, err
-		}
-		return CutoverConfig{}, &ConfigError{Key: "flags", Err: err}
-	}
-	if fs.NArg() > 0 {
-		return CutoverConfig{}, &ConfigError{Key: "flags", Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if err := cfg.Validate(); err != nil {
-		return CutoverConfig{}, err
-	}
-	return cfg, nil
 }
 
 // cutoverSlot is what cutover reads of a replication slot.
@@ -293,21 +138,21 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 			"(walrelay run --slot %s --create-slot=false --publication <Debezium's publication.name> --create-publication=false); "+
 			"see docs/migrating-from-debezium.md", from, from)
 	}
-	nudge := "the " + CutoverNudgePrefix + " message this command wrote"
+	nudge := "the " + config.CutoverNudgePrefix + " message this command wrote"
 	if !nudged {
 		nudge = "a transaction after walrelay's start (--nudge writes one)"
 	}
 	return fmt.Sprintf("hint: %s has not moved. Debezium confirms its slot only when Kafka Connect commits offsets "+
 		"(offset.flush.interval.ms) after it emitted a record since the last commit; on an idle database that needs "+
 		"heartbeat.interval.ms > 0 on the connector (e.g. 10000) and %s; set message.prefix.exclude.list=%s "+
-		"so that the message yields no record", from, nudge, CutoverNudgePrefix)
+		"so that the message yields no record", from, nudge, config.CutoverNudgePrefix)
 }
 
 // Cutover creates walrelay's slot (and publication), then waits until
 // cfg.FromSlot has confirmed the slot's start, printing progress to out. It
 // returns nil when it is safe to stop the old system. It changes nothing but
 // walrelay's publication and slot (and writes the nudge message).
-func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
+func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
 	cancel()
@@ -325,7 +170,7 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%s: plugin %s, confirmed %s, active %v\n", cfg.FromSlot, from.Plugin, from.Confirmed, from.Active)
 
-	rc, err := replication.Open(ctx, cfg.replicationConfig())
+	rc, err := replication.Open(ctx, cfg.Replication())
 	if err != nil {
 		return fmt.Errorf("create walrelay's slot: %w", err)
 	}
@@ -341,7 +186,7 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 	}
 	if cfg.Nudge {
 		// One transaction past walrelay's start for Debezium to confirm.
-		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+CutoverNudgePrefix+"', '"+start.String()+"')").ReadAll(); err != nil {
+		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+config.CutoverNudgePrefix+"', '"+start.String()+"')").ReadAll(); err != nil {
 			return fmt.Errorf("write the nudge message: %w", err)
 		}
 	}
@@ -395,7 +240,7 @@ func Cutover(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
 
 // DropFromSlot drops cfg.FromSlot after a second check: it must be inactive
 // (the old system stopped) and confirmed at or past walrelay's start.
-func DropFromSlot(ctx context.Context, cfg CutoverConfig, out io.Writer) error {
+func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)

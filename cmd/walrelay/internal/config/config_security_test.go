@@ -1,20 +1,12 @@
-package relay
+package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
-	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/walrelay/walrelay/sink"
 )
@@ -48,11 +40,11 @@ sasl_username: relay
 		"WALRELAY_KAFKA_TLS_CERT_FILE": "/etc/client.pem",
 		"WALRELAY_KAFKA_CLIENT_ID":     "relay-eu-1",
 	})
-	cfg, err := Load([]string{"--kafka-tls-key-file", "/etc/client.key"}, env, io.Discard)
+	cfg, err := loadRun([]string{"--kafka-tls-key-file", "/etc/client.key"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := cfg.sinkConfig()
+	sc := cfg.Sink()
 	want := sink.Config{
 		ClientID: "relay-eu-1",
 		TLS:      sink.TLSConfig{CAFile: "/etc/ca.pem", CertFile: "/etc/client.pem", KeyFile: "/etc/client.key", ServerName: "kafka.internal"},
@@ -66,9 +58,9 @@ sasl_username: relay
 	}
 
 	// OAUTHBEARER and MSK IAM by flag.
-	cfg, err = Load([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9098", "--kafka-tls",
+	cfg, err = loadRun([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9098", "--kafka-tls",
 		"--sasl-mechanism", "AWS_MSK_IAM"}, envMap(nil), io.Discard)
-	if err != nil || !cfg.sinkConfig().TLS.Enabled || cfg.sinkConfig().SASL.Mechanism != "AWS_MSK_IAM" {
+	if err != nil || !cfg.Sink().TLS.Enabled || cfg.Sink().SASL.Mechanism != "AWS_MSK_IAM" {
 		t.Errorf("msk iam: %v %+v", err, cfg.KafkaSASL)
 	}
 }
@@ -97,65 +89,14 @@ func TestLoadRefusesBadSecurity(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(tc.args, envMap(tc.env), io.Discard)
-			var ce *ConfigError
+			_, err := loadRun(tc.args, envMap(tc.env), io.Discard)
+			var ce *Error
 			if !errors.As(err, &ce) || ce.Key != tc.wantKey {
-				t.Fatalf("Load: %v; want a ConfigError for %s", err, tc.wantKey)
+				t.Fatalf("Load: %v; want a Error for %s", err, tc.wantKey)
 			}
 			if strings.Contains(err.Error(), "sasl-secret") {
 				t.Fatalf("error shows the secret: %v", err)
 			}
 		})
-	}
-}
-
-// TestDSNFileEverywhere: migrate, status and prune also read the DSN from a
-// file, and a DSN that does not parse is reported without its password.
-func TestDSNFileEverywhere(t *testing.T) {
-	dir := t.TempDir()
-	dsnFile := writeFile(t, dir, "dsn", "postgres://u:pg-secret@h/db\n")
-	cfg, err := loadPruneConfig([]string{"--older-than", "72h"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
-	if err != nil || cfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
-		t.Errorf("prune: %v, dsn %q", err, cfg.PostgresDSN)
-	}
-	for _, cmd := range []string{"migrate", "status"} {
-		var stderr strings.Builder
-		code := Main(t.Context(), []string{cmd, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
-		if code != ExitConfig || !strings.Contains(stderr.String(), "postgres-dsn-file") {
-			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd, code, stderr.String())
-		}
-	}
-	bad := writeFile(t, dir, "bad", "postgres://u:pg-secret@h:notaport/db")
-	_, err = Load([]string{"--postgres-dsn-file", bad, "--kafka-brokers", "k:9092"}, envMap(nil), io.Discard)
-	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Key != "postgres-dsn" || strings.Contains(err.Error(), "pg-secret") {
-		t.Errorf("bad DSN: %v; want a postgres-dsn error without the password", err)
-	}
-}
-
-// TestRunRefusesUnreadableTLSFiles: a client certificate that does not match
-// its key stops Run before anything connects, as a configuration error
-// naming the setting.
-func TestRunRefusesUnreadableTLSFiles(t *testing.T) {
-	dir := t.TempDir()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherDER, _ := x509.MarshalPKCS8PrivateKey(other)
-	cert := writeFile(t, dir, "client.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	wrongKey := writeFile(t, dir, "other.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: otherDER})))
-	cfg, err := Load([]string{"--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--kafka-brokers", "127.0.0.1:1",
-		"--kafka-tls-cert-file", cert, "--kafka-tls-key-file", wrongKey}, envMap(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = Run(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Key != "kafka-tls-cert-file" || !strings.Contains(err.Error(), "private key does not match") {
-		t.Fatalf("Run: %v; want a kafka-tls-cert-file ConfigError about the key", err)
 	}
 }

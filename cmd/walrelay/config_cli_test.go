@@ -1,0 +1,79 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDSNFileEverywhere: migrate, status and prune also read the DSN from a
+// file, and a DSN that does not parse is reported without its password.
+func TestDSNFileEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	dsnFile := writeFile(t, dir, "dsn", "postgres://u:pg-secret@h/db\n")
+	cfg, err := config.LoadPrune(pruneUsage, []string{"--older-than", "72h"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
+	if err != nil || cfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
+		t.Errorf("prune: %v, dsn %q", err, cfg.PostgresDSN)
+	}
+	for _, cmd := range []string{"migrate", "status"} {
+		var stderr strings.Builder
+		code := Main(t.Context(), []string{cmd, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
+		if code != ExitConfig || !strings.Contains(stderr.String(), "postgres-dsn-file") {
+			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd, code, stderr.String())
+		}
+	}
+	bad := writeFile(t, dir, "bad", "postgres://u:pg-secret@h:notaport/db")
+	_, err = config.Load("walrelay run", "", []string{"--postgres-dsn-file", bad, "--kafka-brokers", "k:9092"}, envMap(nil), io.Discard)
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Key != "postgres-dsn" || strings.Contains(err.Error(), "pg-secret") {
+		t.Errorf("bad DSN: %v; want a postgres-dsn error without the password", err)
+	}
+}
+
+// TestRunRefusesUnreadableTLSFiles: a client certificate that does not match
+// its key stops `walrelay run` before anything connects, as a configuration
+// error naming the setting (exit 2).
+func TestRunRefusesUnreadableTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDER, _ := x509.MarshalPKCS8PrivateKey(other)
+	cert := writeFile(t, dir, "client.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	wrongKey := writeFile(t, dir, "other.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: otherDER})))
+	var stderr strings.Builder
+	code := Main(t.Context(), []string{"run", "--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--kafka-brokers", "127.0.0.1:1",
+		"--kafka-tls-cert-file", cert, "--kafka-tls-key-file", wrongKey, "--metrics-addr", ""}, envMap(nil), io.Discard, &stderr)
+	if code != ExitConfig || !strings.Contains(stderr.String(), "invalid config kafka-tls-cert-file") || !strings.Contains(stderr.String(), "private key does not match") {
+		t.Fatalf("run: exit %d, %s; want exit 2 with a kafka-tls-cert-file error about the key", code, stderr.String())
+	}
+}

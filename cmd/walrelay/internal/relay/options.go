@@ -1,0 +1,101 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// HeartbeatPrefix is the logical message prefix of walrelay's heartbeats; the
+// decoder reports messages with it as heartbeats, never as events.
+const HeartbeatPrefix = "walrelay.heartbeat"
+
+// Poison policies: what the pipeline does with an event Kafka can never
+// accept.
+const (
+	OnPoisonDLQ  = "dlq"  // produce it to the dead-letter topic with the reason
+	OnPoisonStop = "stop" // stop with a *PoisonError; the slot stays before it
+)
+
+// Options is everything Run needs. The command's configuration maps its
+// settings to it; the libraries' own configurations travel inside unchanged.
+type Options struct {
+	// Replication is the slot, publication and tables; its DSN and Slot also
+	// serve the heartbeat and the slot poll.
+	Replication replication.Config
+	Sink        sink.Config
+	// Decoder maps the outbox tables; Run sets its HeartbeatPrefix.
+	Decoder decoder.Config
+
+	MaxInFlight int    // cap on records and transactions awaiting Kafka
+	OnPoison    string // OnPoisonDLQ or OnPoisonStop
+
+	HeartbeatInterval    time.Duration // 0: no heartbeats
+	SlotMetricsInterval  time.Duration // 0: no walrelay_slot_* metrics
+	StandbyRetryInterval time.Duration // wait between tries of a slot another process holds
+	ShutdownTimeout      time.Duration // bounds the drain after the context ends
+	KafkaTimeout         time.Duration // bounds waiting for Kafka at start and at transaction ends
+
+	MetricsAddr string // "" serves no HTTP
+	PProf       bool   // serve /debug/pprof/ on MetricsAddr
+
+	// ExactlyOnce turns on Kafka transactions; nil is at-least-once.
+	ExactlyOnce *ExactlyOnce
+
+	Logger *slog.Logger // nil: slog.Default()
+}
+
+// ExactlyOnce holds the settings of exactly-once delivery (eos.go).
+type ExactlyOnce struct {
+	// TransactionalID is the producer's transactional.id; every instance
+	// serving a slot must use the same one, so that each fences the others.
+	TransactionalID             string
+	CheckpointTopic             string
+	CheckpointReplicationFactor int16
+	// A Kafka transaction is committed at the end of the Postgres
+	// transaction during which CommitInterval passed or MaxRecords were
+	// reached, whichever comes first.
+	CommitInterval time.Duration
+	MaxRecords     int
+}
+
+// OptionError is an option Run cannot use; Option names the Options field.
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("option %s: %v", e.Option, e.Err) }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// validate checks what Run relies on; the command's configuration refuses
+// bad settings earlier with the flag's name.
+func (o *Options) validate() error {
+	bad := func(option, msg string) error { return &OptionError{Option: option, Err: errors.New(msg)} }
+	switch {
+	case o.MaxInFlight < 2:
+		return bad("MaxInFlight", "must be at least 2")
+	case o.OnPoison != OnPoisonDLQ && o.OnPoison != OnPoisonStop:
+		return bad("OnPoison", "must be dlq or stop")
+	case o.StandbyRetryInterval <= 0, o.ShutdownTimeout <= 0, o.KafkaTimeout <= 0:
+		return bad("StandbyRetryInterval, ShutdownTimeout, KafkaTimeout", "must be positive")
+	case o.HeartbeatInterval < 0 || o.SlotMetricsInterval < 0:
+		return bad("HeartbeatInterval, SlotMetricsInterval", "must not be negative")
+	}
+	if x := o.ExactlyOnce; x != nil {
+		switch {
+		case x.TransactionalID == "" || x.CheckpointTopic == "":
+			return bad("ExactlyOnce", "needs a transactional id and a checkpoint topic")
+		case x.CommitInterval <= 0:
+			return bad("ExactlyOnce.CommitInterval", "must be positive")
+		case x.MaxRecords <= 0 || x.MaxRecords >= o.MaxInFlight:
+			return bad("ExactlyOnce.MaxRecords", "must be positive and below MaxInFlight")
+		}
+	}
+	return nil
+}
