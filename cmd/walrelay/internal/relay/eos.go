@@ -36,15 +36,6 @@ func (e *fencedRetry) Error() string {
 	return "exactly-once: producer fenced; checking whether another instance holds the slot: " + e.fe.Err.Error()
 }
 
-// stopIfFenced returns the FencedError that ended the last session when err
-// says that another process holds the slot.
-func (r *runner) stopIfFenced(err error) error {
-	if r.eos == nil || r.eos.fenced == nil || !errors.Is(err, replication.ErrSlotInUse) {
-		return nil
-	}
-	return r.eos.fenced
-}
-
 // eosRestartError ends a session in exactly-once mode after the Kafka
 // transaction was aborted (a record failed, or the commit did): the relay
 // reconnects and restarts from the slot and the last committed checkpoint.
@@ -115,21 +106,19 @@ func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, log *sl
 		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID}
 }
 
-// startSession restarts the tracker at the slot's position: anything an
-// aborted transaction acknowledged is read again from the slot. It does not
+// startSession returns a tracker that starts at the slot's position: anything
+// an aborted transaction acknowledged is read again from the slot. It does not
 // touch Kafka: a session that finds the slot held by another instance
 // (standby) must not fence that instance's producer.
-func (t *txnProducer) startSession(r *runner, conn *replication.Conn) error {
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.opts.MaxInFlight}, conn.Start)
+func (t *txnProducer) startSession(conn *replication.Conn) (*checkpoint.Tracker, error) {
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: t.maxInFlight}, conn.Start)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.tr = tr
-	r.cur.Store(tr)
 	t.key = sink.CheckpointKey(conn.System.SystemID, t.slot)
 	t.slotStart = conn.Start
 	t.skipped = 0
-	return nil
+	return tr, nil
 }
 
 // initSession runs once the slot streams to this process (its first batch),
@@ -359,21 +348,4 @@ func (t *txnProducer) endSession(err error) error {
 		t.log.Warn("exactly-once: kafka transaction aborted", "slot", t.slot, "error", err.Error())
 	}
 	return err
-}
-
-// eosBegin is the pipeline's hook for a transaction's begin.
-func (p *pipeline) eosBegin(commitLSN pglogrepl.LSN) {
-	p.skipping = p.eos.skip(commitLSN)
-	p.eos.begun()
-}
-
-// eosDue commits the open Kafka transaction when the commit interval passed
-// and the stream is between Postgres transactions; otherwise the commit
-// waits for the next transaction's end.
-func (p *pipeline) eosDue(ctx context.Context) error {
-	if p.dec.InTxn() {
-		p.eos.overdue = true // committed at this transaction's end
-		return nil
-	}
-	return p.eos.commit(ctx)
 }

@@ -329,3 +329,20 @@ func poisonOf(ev *decoder.Event) (string, error) {
 	}
 	return "", nil
 }
+
+// eosBegin is the pipeline's hook for a transaction's begin.
+func (p *pipeline) eosBegin(commitLSN pglogrepl.LSN) {
+	p.skipping = p.eos.skip(commitLSN)
+	p.eos.begun()
+}
+
+// eosDue commits the open Kafka transaction when the commit interval passed
+// and the stream is between Postgres transactions; otherwise the commit
+// waits for the next transaction's end.
+func (p *pipeline) eosDue(ctx context.Context) error {
+	if p.dec.InTxn() {
+		p.eos.overdue = true // committed at this transaction's end
+		return nil
+	}
+	return p.eos.commit(ctx)
+}

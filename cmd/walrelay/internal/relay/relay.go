@@ -213,6 +213,15 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy b
 	}
 }
 
+// stopIfFenced returns the FencedError that ended the last session when err
+// says that another process holds the slot.
+func (r *runner) stopIfFenced(err error) error {
+	if r.eos == nil || r.eos.fenced == nil || !errors.Is(err, replication.ErrSlotInUse) {
+		return nil
+	}
+	return r.eos.fenced
+}
+
 // deliveryError is a failure of the pipeline (an event that cannot be
 // decoded or produced). It stops the relay; the watermark stays before it.
 type deliveryError struct{ err error }
@@ -255,10 +264,13 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	failed, fail := r.failed, r.fail
 	var prod producer = r.sink
 	if r.eos != nil {
-		if err := r.eos.startSession(r, conn); err != nil {
+		tr, err := r.eos.startSession(conn)
+		if err != nil {
 			_ = conn.Close(context.Background())
 			return err
 		}
+		r.tr = tr
+		r.cur.Store(tr)
 		// A failed Kafka transaction ends this session only.
 		failed, fail = context.WithCancelCause(context.Background())
 		defer fail(nil)
