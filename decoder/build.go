@@ -38,31 +38,63 @@ func valuePoison(name string, v colVal, nullErr error) error {
 	}
 }
 
-func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, out *Output) {
-	m := rel.m
+// eventBuilder assembles one event in the decoder's scratch buffers, from a
+// row (tableEvent) or a tableless message (messageEvent): the first problem
+// with a value poisons the event, the strings collect in sb, and finish
+// allocates the event's memory once.
+type eventBuilder struct {
+	d      *Decoder
+	ev     *Event
+	sb     []byte // ID, AggregateType, EventType, then the header keys
+	strEnd [3]int // ends of ID, AggregateType and EventType in sb
+	poison error
+}
+
+// newEvent starts the event of out at walStart in the open transaction.
+func (d *Decoder) newEvent(walStart pglogrepl.LSN, out *Output) *eventBuilder {
 	out.Kind = KindEvent
 	ev := &out.Event
-	ev.Table, ev.TableName = rel.table, rel.name
 	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
+	d.hspans = d.hspans[:0]
+	d.hvals = d.hvals[:0]
+	b := &d.builder
+	*b = eventBuilder{d: d, ev: ev, sb: d.sbuf[:0]}
+	return b
+}
 
-	var poison error
-	setPoison := func(err error) {
-		if poison == nil {
-			poison = err
-		}
+// setPoison records err as the event's poison unless one is recorded.
+func (b *eventBuilder) setPoison(err error) {
+	if b.poison == nil {
+		b.poison = err
 	}
+}
+
+// finish allocates and fills the event (see Decoder.finish) and keeps the
+// scratch buffers for the next one.
+func (b *eventBuilder) finish(key []byte, keyLen int, keyBytea bool, pay []byte, payLen int, payBytea bool) {
+	d := b.d
+	d.sbuf = b.sb
+	d.finish(b.ev, b.sb, b.strEnd, key, keyLen, keyBytea, pay, payLen, payBytea)
+	b.ev.Poison = b.poison
+	d.trimScratch()
+	*b = eventBuilder{}
+}
+
+func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, out *Output) {
+	m := rel.m
+	b := d.newEvent(walStart, out)
+	ev, setPoison := b.ev, b.setPoison
+	ev.Table, ev.TableName = rel.table, rel.name
 
 	// Strings: ID, AggregateType, EventType.
-	sb := d.sbuf[:0]
-	var strEnd [3]int
 	for i, role := range [3]int{roleID, roleAggregateType, roleEventType} {
 		v := d.vals[m.idx[role]]
 		if p := columnPoison(m, role, v, ErrNullField); p != nil {
 			setPoison(p)
 		} else {
-			sb = append(sb, v.in(msg)...)
+			b.sb = append(b.sb, v.in(msg)...)
 		}
-		strEnd[i] = len(sb)
+		b.strEnd[i] = len(b.sb)
 	}
 
 	// Key.
@@ -100,9 +132,7 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 		}
 	}
 
-	// Headers: keys go to sb, values to d.hvals.
-	d.hspans = d.hspans[:0]
-	d.hvals = d.hvals[:0]
+	// Headers: keys go to b.sb, values to d.hvals.
 	if i := m.idx[roleHeaders]; i >= 0 {
 		v := d.vals[i]
 		if p := columnPoison(m, roleHeaders, v, nil); p != nil {
@@ -116,7 +146,7 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 				}
 			}
 			if ok {
-				sb, ok = d.parseHeaders(sb, doc)
+				b.sb, ok = d.parseHeaders(b.sb, doc)
 			}
 			if !ok {
 				setPoison(fmt.Errorf("column %q: %w", m.col[roleHeaders], ErrBadHeaders))
@@ -124,7 +154,7 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 		}
 	}
 	if len(m.hdr) > 0 {
-		sb = d.headerColumns(sb, m.hdr, msg, setPoison)
+		b.sb = d.headerColumns(b.sb, m.hdr, msg, setPoison)
 	}
 
 	// Timestamp.
@@ -155,13 +185,7 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 		}
 	}
 
-	// Allocate and fill.
-	d.sbuf = sb
-	d.finish(ev, sb, strEnd,
-		keyData, keyLen, m.typ[roleAggregateID] == oidBytea,
-		payData, payLen, m.typ[rolePayload] == oidBytea)
-	ev.Poison = poison
-	d.trimScratch()
+	b.finish(keyData, keyLen, m.typ[roleAggregateID] == oidBytea, payData, payLen, m.typ[rolePayload] == oidBytea)
 }
 
 // headerColumns appends one header per non-NULL header column, after those
@@ -316,9 +340,8 @@ const (
 
 // messageEvent decodes the JSON content of a tableless outbox message.
 func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Output) {
-	out.Kind = KindEvent
-	ev := &out.Event
-	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
+	b := d.newEvent(walStart, out)
+	ev, setPoison := b.ev, b.setPoison
 
 	var (
 		fields  [numRoles][]byte // raw JSON values, nil when absent
@@ -363,31 +386,23 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 		return
 	}
 
-	var poison error
-	setPoison := func(err error) {
-		if poison == nil {
-			poison = err
-		}
-	}
 	names := [numRoles]string{roleID: fieldID, roleAggregateType: fieldAggregateType, roleAggregateID: fieldAggregateID,
 		roleEventType: fieldEventType, rolePayload: fieldPayload, roleHeaders: fieldHeaders, rolePartition: fieldPartition}
 
 	// Strings: id (string or number), aggregate_type, event_type (strings).
-	sb := d.sbuf[:0]
-	var strEnd [3]int
 	for i, role := range [3]int{roleID, roleAggregateType, roleEventType} {
 		v := fields[role]
 		switch {
 		case v == nil || v[0] == 'n':
 			setPoison(fmt.Errorf("field %q: %w", names[role], ErrNullField))
 		case v[0] == '"':
-			sb = appendJSONString(sb, v, escaped[role])
+			b.sb = appendJSONString(b.sb, v, escaped[role])
 		case role == roleID && (v[0] == '-' || isDigit(v[0])):
-			sb = append(sb, v...)
+			b.sb = append(b.sb, v...)
 		default:
 			setPoison(fmt.Errorf("field %q: %w: want a string", names[role], ErrBadMessage))
 		}
-		strEnd[i] = len(sb)
+		b.strEnd[i] = len(b.sb)
 	}
 
 	// Key (string or number) and payload go to d.tmp first: unescaping needs
@@ -419,12 +434,10 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 	}
 	d.tmp = tmp
 
-	d.hspans = d.hspans[:0]
-	d.hvals = d.hvals[:0]
 	if v := fields[roleHeaders]; v != nil && v[0] != 'n' {
 		ok := v[0] == '{'
 		if ok {
-			sb, ok = d.parseHeaders(sb, v)
+			b.sb, ok = d.parseHeaders(b.sb, v)
 		}
 		if !ok {
 			setPoison(fmt.Errorf("field %q: %w", fieldHeaders, ErrBadHeaders))
@@ -444,9 +457,6 @@ func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Outp
 		setPoison(fmt.Errorf("field %q: %w: want an integer", fieldPartition, ErrBadMessage))
 	}
 
-	d.sbuf = sb
 	k := max(keyLen, 0)
-	d.finish(ev, sb, strEnd, tmp[:k], keyLen, false, tmp[k:], payLen, false)
-	ev.Poison = poison
-	d.trimScratch()
+	b.finish(tmp[:k], keyLen, false, tmp[k:], payLen, false)
 }

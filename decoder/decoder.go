@@ -49,11 +49,12 @@ type Decoder struct {
 	commitTime time.Time
 
 	// scratch, reused between calls
-	vals   []colVal
-	sbuf   []byte // strings of the event under construction
-	hvals  []byte // unescaped header values
-	hspans []hdrSpan
-	tmp    []byte
+	vals    []colVal
+	sbuf    []byte // strings of the event under construction
+	hvals   []byte // unescaped header values
+	hspans  []hdrSpan
+	tmp     []byte
+	builder eventBuilder // the event under construction (build.go)
 }
 
 // relation is a cached Relation message.
