@@ -92,6 +92,9 @@ type txnProducer struct {
 	units   int       // tracker units batch holds (transactions + records)
 	lastEnd pglogrepl.LSN
 	timer   *time.Timer
+	opened  time.Time     // when batch began
+	lastDur time.Duration // how long the last commit took
+	idle    *time.Timer   // see idleCommitTimer
 	fenced  *FencedError // the last session ended fenced (see fencedRetry)
 	skipped int          // events skipped this session (covered by the checkpoint)
 	overdue bool         // the interval passed inside a Postgres transaction
@@ -219,6 +222,7 @@ func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error))
 		t.batch = &txnBatch{}
 		t.records, t.units = 0, 1 // the open Postgres transaction
 		t.timer.Reset(t.interval)
+		t.opened = time.Now()
 	}
 	t.records++
 	t.units++
@@ -247,6 +251,35 @@ func (t *txnProducer) wrap(err error) error {
 	return err
 }
 
+// idleCommitAllowed reports whether the open Kafka transaction may be
+// committed as soon as the stream is idle (the pipeline commits it then,
+// between Postgres transactions): it holds a record and has been open at
+// least as long as the last commit took, so that commits cost at most about
+// half of the time under load, and a quiet stream's events wait about two
+// commits, not the commit interval.
+func (t *txnProducer) idleCommitAllowed() bool {
+	return t.batch != nil && t.records > 0 && time.Since(t.opened) >= t.lastDur
+}
+
+// idleCommitTimer returns a channel that fires when idleCommitAllowed will
+// hold for the open Kafka transaction, or nil when there is nothing to wait
+// for (no transaction with records, or it is allowed already).
+func (t *txnProducer) idleCommitTimer() <-chan time.Time {
+	if t.batch == nil || t.records == 0 {
+		return nil
+	}
+	wait := t.lastDur - time.Since(t.opened)
+	if wait <= 0 {
+		return nil
+	}
+	if t.idle == nil {
+		t.idle = time.NewTimer(wait)
+	} else {
+		t.idle.Reset(wait)
+	}
+	return t.idle.C
+}
+
 // due fires when the open Kafka transaction reached the commit interval.
 func (t *txnProducer) due() <-chan time.Time { return t.timer.C }
 
@@ -268,6 +301,7 @@ func (t *txnProducer) boundary(ctx context.Context, end pglogrepl.LSN) error {
 // acknowledges its records to the tracker. Call it at a Postgres transaction
 // boundary only.
 func (t *txnProducer) commit(ctx context.Context) error {
+	began := time.Now()
 	t.timer.Stop()
 	t.overdue = false
 	b := t.batch
@@ -302,6 +336,7 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	}
 	t.batch = nil
 	t.records, t.units = 0, 0
+	t.lastDur = min(time.Since(began), t.interval)
 	b.mu.Lock()
 	pending := b.pending
 	b.pending = nil

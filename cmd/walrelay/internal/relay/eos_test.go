@@ -111,6 +111,43 @@ func TestTxnProducerAcksAtCommit(t *testing.T) {
 	}
 }
 
+// TestTxnProducerIdleCommit: an open Kafka transaction with a record may be
+// committed when the stream is idle once it has been open as long as the
+// last commit took (at once after a fast commit), and idleCommitTimer says
+// when that is.
+func TestTxnProducerIdleCommit(t *testing.T) {
+	f := &fakeTxnSink{}
+	tp := newTestTxnProducer(f, 1000)
+	ctx := context.Background()
+	if tp.idleCommitAllowed() || tp.idleCommitTimer() != nil {
+		t.Fatal("idle commit allowed without an open transaction")
+	}
+	tp.Send(ctx, sink.Record{}, func(error) {})
+	if !tp.idleCommitAllowed() || tp.idleCommitTimer() != nil {
+		t.Fatal("first transaction: an idle commit must be allowed at once")
+	}
+	if err := tp.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tp.lastDur = 50 * time.Millisecond // as if the commit took 50 ms
+	tp.Send(ctx, sink.Record{}, func(error) {})
+	if tp.idleCommitAllowed() {
+		t.Fatal("idle commit allowed before the transaction was open as long as the last commit took")
+	}
+	c := tp.idleCommitTimer()
+	if c == nil {
+		t.Fatal("no timer for the idle commit")
+	}
+	select {
+	case <-c:
+	case <-time.After(time.Second):
+		t.Fatal("the idle commit timer did not fire")
+	}
+	if !tp.idleCommitAllowed() {
+		t.Fatal("idle commit not allowed after the timer fired")
+	}
+}
+
 func TestTxnProducerCommitFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

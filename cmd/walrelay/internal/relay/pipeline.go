@@ -100,35 +100,64 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 		if ctx.Err() != nil {
 			return p.failure()
 		}
+		if p.eos != nil && !p.dec.InTxn() && p.eos.idleCommitAllowed() {
+			// Exactly-once: commit as soon as the stream has nothing more
+			// buffered, instead of waiting for the commit interval.
+			select {
+			case b, ok := <-src.Batches():
+				if done, err := p.take(ctx, src, b, ok); done || err != nil {
+					return err
+				}
+			default:
+				if err := p.eos.commit(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		var idle <-chan time.Time // when an idle commit becomes allowed
+		if p.eos != nil {
+			idle = p.eos.idleCommitTimer()
+		}
 		select {
 		case <-ctx.Done():
 			return p.failure()
 		case b, ok := <-src.Batches():
-			if !ok {
-				return nil
-			}
-			if p.eos != nil && !p.eosReady {
-				// The slot streams to this process: now Kafka may be told.
-				if err := p.eos.initSession(ctx); err != nil {
-					src.Release(b)
-					return err
-				}
-				p.eosReady = true
-			}
-			err := p.handleBatch(ctx, b)
-			src.Release(b)
-			if err != nil {
-				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-					return p.failure()
-				}
+			if done, err := p.take(ctx, src, b, ok); done || err != nil {
 				return err
 			}
+		case <-idle:
 		case <-eosDue:
 			if err := p.eosDue(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// take handles batch b received from src (ok false: the stream ended, and
+// done is true). err is what run must return.
+func (p *pipeline) take(ctx context.Context, src batchSource, b *replication.Batch, ok bool) (done bool, err error) {
+	if !ok {
+		return true, nil
+	}
+	if p.eos != nil && !p.eosReady {
+		// The slot streams to this process: now Kafka may be told.
+		if err := p.eos.initSession(ctx); err != nil {
+			src.Release(b)
+			return true, err
+		}
+		p.eosReady = true
+	}
+	err = p.handleBatch(ctx, b)
+	src.Release(b)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return true, p.failure()
+		}
+		return true, err
+	}
+	return false, nil
 }
 
 func (p *pipeline) handleBatch(ctx context.Context, b *replication.Batch) error {
