@@ -210,14 +210,44 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 	}
 	snk, err := sink.New(cfg.Sink())
 	if err == nil {
+		defer snk.Close()
 		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
 		err = snk.Ping(pctx)
 		cancel()
-		snk.Close()
 	}
 	report("kafka", err)
+	if opts, oerr := cfg.Relay(nil); err == nil && oerr == nil && opts.ExactlyOnce != nil {
+		note, err := checkExactlyOnce(ctx, snk, opts.ExactlyOnce, cfg.KafkaTimeout)
+		if err != nil {
+			failed = true
+			fmt.Fprintf(w, "FAIL %-11s %v\n", "exactly-once", err)
+		} else {
+			fmt.Fprintf(w, "ok   %-11s %s\n", "exactly-once", note)
+		}
+	}
 	if failed {
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// checkExactlyOnce is doctor's check of Kafka transactions for
+// --delivery=exactly-once; it fences no running walrelay.
+func checkExactlyOnce(ctx context.Context, snk *sink.Sink, x *relay.ExactlyOnce, timeout time.Duration) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := snk.CheckTransactions(cctx, x.TransactionalID, x.CheckpointTopic)
+	if err != nil {
+		return "", err
+	}
+	state := "never used"
+	if st.State != "" {
+		state = "state " + st.State
+	}
+	topic := "exists"
+	if !st.CheckpointTopic {
+		topic = "missing; walrelay run will create it (compacted, one partition)"
+	}
+	return fmt.Sprintf("transactional id %q: coordinator broker %d, %s; checkpoint topic %q %s; consumers must read with isolation.level=read_committed",
+		x.TransactionalID, st.Coordinator, state, x.CheckpointTopic, topic), nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/walrelay/walrelay/test/pgtest"
 )
 
@@ -111,5 +112,17 @@ func TestDoctorAndStatus(t *testing.T) {
 	}
 	if code, out := run("status", "--postgres-dsn", dsn, "--slot", "no_such_slot_here"); code != ExitFailure || !strings.Contains(out, "does not exist") {
 		t.Fatalf("status of a missing slot: %d %s", code, out)
+	}
+	// Exactly-once: doctor checks the transaction coordinator (a kfake
+	// broker here) without fencing anything.
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	code, out = run("doctor", "--postgres-dsn", dsn, "--kafka-brokers", cluster.ListenAddrs()[0], "--table", "public.doctor_outbox",
+		"--delivery", "exactly-once", "--slot", "doctor_eos")
+	if !strings.Contains(out, `ok   exactly-once transactional id "walrelay-doctor_eos"`) || !strings.Contains(out, "read_committed") {
+		t.Fatalf("doctor --delivery exactly-once: exit %d\n%s", code, out)
 	}
 }

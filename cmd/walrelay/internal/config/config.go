@@ -130,6 +130,7 @@ func Defaults() Config {
 		Linger:                 5 * time.Millisecond,
 		BatchMaxBytes:          1 << 20,
 		MaxBufferedBytes:       64 << 20,
+		KafkaClientID:          "walrelay",
 		LogLevel:               "info",
 		LogFormat:              "json",
 		SlotMetricsInterval:    5 * time.Second,

@@ -71,6 +71,7 @@ type txnBatch struct {
 // sessions); record callbacks run on franz-go's.
 type txnProducer struct {
 	sink        eosSink
+	m           *metrics
 	log         *slog.Logger
 	topic       string // checkpoint topic
 	rf          int16
@@ -95,18 +96,18 @@ type txnProducer struct {
 	opened  time.Time     // when batch began
 	lastDur time.Duration // how long the last commit took
 	idle    *time.Timer   // see idleCommitTimer
-	fenced  *FencedError // the last session ended fenced (see fencedRetry)
-	skipped int          // events skipped this session (covered by the checkpoint)
-	overdue bool         // the interval passed inside a Postgres transaction
+	fenced  *FencedError  // the last session ended fenced (see fencedRetry)
+	skipped int           // events skipped this session (covered by the checkpoint)
+	overdue bool          // the interval passed inside a Postgres transaction
 }
 
-func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, log *slog.Logger) *txnProducer {
+func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metrics, log *slog.Logger) *txnProducer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	x := opts.ExactlyOnce
 	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
 		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.MaxInFlight,
-		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID}
+		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID, m: m}
 }
 
 // startSession returns a tracker that starts at the slot's position: anything
@@ -337,6 +338,8 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	t.batch = nil
 	t.records, t.units = 0, 0
 	t.lastDur = min(time.Since(began), t.interval)
+	t.m.txns.WithLabelValues("committed").Inc()
+	t.m.txnCommitTime.Observe(time.Since(began).Seconds())
 	b.mu.Lock()
 	pending := b.pending
 	b.pending = nil
@@ -354,6 +357,7 @@ func (t *txnProducer) endSession(err error) error {
 	t.timer.Stop()
 	t.overdue = false
 	if t.skipped > 0 {
+		t.m.txnSkipped.Add(float64(t.skipped))
 		t.log.Info("exactly-once: skipped events already committed to kafka", "slot", t.slot, "events", t.skipped, "lsn", t.checkpoint.String())
 	}
 	if t.batch == nil {
@@ -366,6 +370,7 @@ func (t *txnProducer) endSession(err error) error {
 	var aerr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if aerr = t.sink.EndTxn(ctx, false); aerr == nil {
+			t.m.txns.WithLabelValues("aborted").Inc()
 			break
 		}
 		if sink.IsFenced(aerr) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walrelay/walrelay/decoder"
@@ -75,7 +77,7 @@ func newTestTxnProducer(f *fakeTxnSink, maxRecords int) *txnProducer {
 	opts := Options{Replication: replication.Config{Slot: "s"}, MaxInFlight: 10000, KafkaTimeout: 15 * time.Second,
 		ExactlyOnce: &ExactlyOnce{TransactionalID: "walrelay-s", CheckpointTopic: sink.DefaultCheckpointTopic, CheckpointReplicationFactor: -1,
 			CommitInterval: time.Hour, MaxRecords: maxRecords}}
-	return newTxnProducer(opts, f, context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newTxnProducer(opts, f, context.Background(), newMetrics(prometheus.NewRegistry(), "s"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // Records are acknowledged (their done runs) only after the Kafka
@@ -128,6 +130,10 @@ func TestTxnProducerIdleCommit(t *testing.T) {
 	}
 	if err := tp.commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+	var committed dto.Metric
+	if err := tp.m.txns.WithLabelValues("committed").Write(&committed); err != nil || committed.GetCounter().GetValue() != 1 {
+		t.Fatalf("walrelay_txn_total{outcome=committed} = %v (%v), want 1", committed.GetCounter().GetValue(), err)
 	}
 	tp.lastDur = 50 * time.Millisecond // as if the commit took 50 ms
 	tp.Send(ctx, sink.Record{}, func(error) {})

@@ -30,6 +30,8 @@ var (
 	reconnectCauses = []string{"connection", "slot_in_use"}
 	// walStatuses are pg_replication_slots.wal_status values.
 	walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+	// txnOutcomes are the outcomes of walrelay_txn_total.
+	txnOutcomes = []string{"committed", "aborted"}
 	// roles are the values of walrelay_role's role label.
 	roles = []string{roleActive, roleStandby}
 )
@@ -59,6 +61,11 @@ type metrics struct {
 	ready            prometheus.Gauge
 	e2eLatency       prometheus.Histogram
 	role             *prometheus.GaugeVec
+
+	// exactly-once (eos.go)
+	txns          *prometheus.CounterVec
+	txnCommitTime prometheus.Histogram
+	txnSkipped    prometheus.Counter
 
 	// slot metrics, from pg_replication_slots (slotpoll.go)
 	slotRetained   prometheus.Gauge
@@ -107,6 +114,13 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		role: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walrelay_role", Help: "1 for the role this instance has: active (streaming from the slot) or standby (the slot is held by another process); both 0 while connecting or reconnecting.",
 			ConstLabels: slotLabel}, []string{"role"}),
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walrelay_txn_total", Help: "Exactly-once: Kafka transactions ended, by outcome (committed, aborted)."}, []string{"outcome"}),
+		txnCommitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walrelay_txn_commit_seconds", Help: "Exactly-once: time to commit a Kafka transaction (flush its records, produce the checkpoint, end the transaction).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		txnSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_txn_skipped_events_total", Help: "Exactly-once: events read again from the slot and skipped because the checkpoint shows them committed to Kafka."}),
 		slotRetained: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_retained_wal_bytes", Help: "WAL the slot keeps on the server's disk: pg_current_wal_lsn() - restart_lsn (0 when unknown).", ConstLabels: slotLabel}),
 		slotLag: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -139,12 +153,16 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	for _, r := range roles {
 		m.role.WithLabelValues(r)
 	}
+	for _, o := range txnOutcomes {
+		m.txns.WithLabelValues(o)
+	}
 	version, revision := BuildVersion()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
+		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -141,7 +141,7 @@ func Run(ctx context.Context, opts Options) error {
 		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
 		cur: cur, system: conn.System, confirmed: conn.Start}
 	if opts.ExactlyOnce != nil {
-		r.eos = newTxnProducer(opts, snk, produceCtx, log)
+		r.eos = newTxnProducer(opts, snk, produceCtx, m, log)
 	}
 	return r.loop(ctx, conn)
 }
