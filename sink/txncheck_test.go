@@ -80,4 +80,3 @@ func TestCheckTransactions(t *testing.T) {
 		})
 	}
 }
-
