@@ -4,7 +4,7 @@
 #   make build   static binary bin/walrelay
 #   make demo    Postgres + Kafka + walrelay end to end, printing the Kafka records
 #   make bench   walrelay vs pg_recvlogical draining the same WAL (BENCH_N, BENCH_PAYLOAD)
-#   make up      start the test Postgres + Kafka and print their env (make down stops them)
+#   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
 
 GO ?= go
@@ -44,6 +44,7 @@ deps:
 	bash $(ENV_DIR)/deps.sh
 
 up:
+	bash $(ENV_DIR)/deps.sh
 	bash $(ENV_DIR)/pg.sh start
 	bash $(ENV_DIR)/kafka.sh start
 	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"

@@ -191,7 +191,7 @@ func (c *Config) setDefaults() {
 // codec maps a compression name to franz-go's codec. zstd runs at its fastest
 // level: on JSON outbox payloads it compresses both faster and two to three
 // times smaller than lz4, and it stores incompressible batches raw instead of
-// spending CPU on them (figures in the README, "Compression"). franz-go's own
+// spending CPU on them (figures in docs/configuration.md, "Compression"). franz-go's own
 // zstd default is level 3, several times slower on such data.
 func codec(name string) (kgo.CompressionCodec, error) {
 	switch name {

@@ -323,7 +323,7 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 	if err != nil || pDir == "" {
 		t.Fatalf("primary: dsn %q, dir %q: %v", penv.pgDSN, pDir, err)
 	}
-	dir, err := os.MkdirTemp("/tmp", "walrelay-standby-")
+	dir, err := os.MkdirTemp(env.dir, "walrelay-standby-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -899,7 +899,7 @@ func (b *faultBroker) resume() {
 // test (and, under `make test`, registered in WALRELAY_TEST_REGISTRY).
 func faultPrivateCluster(t *testing.T, env *testEnv) (*testEnv, []string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "walrelay-fault-pg-")
+	dir, err := os.MkdirTemp(env.dir, "walrelay-fault-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func TestObservability(t *testing.T) {
 
 	exposed, families := obsExposedNames(t, active)
 	obsCheckQueries(t, exposed)
-	obsCheckREADME(t, families)
+	obsCheckMetricsDoc(t, families)
 }
 
 // obsMetrics scrapes p's /metrics (see faultMetrics) or fails the test.
@@ -174,19 +174,19 @@ func obsExposedNames(t *testing.T, p *walrelayProc) (names, families map[string]
 	return names, families
 }
 
-// obsCheckREADME requires the metrics table of README's Operations section to list
+// obsCheckMetricsDoc requires the metrics table of docs/operations.md (section Metrics) to list
 // exactly the walrelay_* families /metrics exposes (walrelay_kafka_* are kprom's, listed
 // as a group; their names are checked to be exposed when listed).
-func obsCheckREADME(t *testing.T, families map[string]bool) {
+func obsCheckMetricsDoc(t *testing.T, families map[string]bool) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
-	start := strings.Index(text, "\n## Operations\n")
+	start := strings.Index(text, "\n## Metrics\n")
 	if start < 0 {
-		t.Fatal("README has no ## Operations section")
+		t.Fatal("docs/operations.md has no ## Metrics section")
 	}
 	section := text[start+1:]
 	if end := strings.Index(section[3:], "\n## "); end >= 0 {
@@ -214,15 +214,15 @@ func obsCheckREADME(t *testing.T, families map[string]bool) {
 	}
 	for n := range listed {
 		if !families[n] {
-			t.Errorf("README lists %s, which /metrics does not expose", n)
+			t.Errorf("docs/operations.md lists %s, which /metrics does not expose", n)
 		}
 	}
 	for n := range families {
 		if strings.HasPrefix(n, "walrelay_") && !strings.HasPrefix(n, "walrelay_kafka_") && !listed[n] {
-			t.Errorf("/metrics exposes %s, which the README's metrics table does not list", n)
+			t.Errorf("/metrics exposes %s, which the metrics table of docs/operations.md does not list", n)
 		}
 	}
-	t.Logf("README Operations lists %d metric families", len(listed))
+	t.Logf("docs/operations.md lists %d metric families", len(listed))
 }
 
 // obsCheckQueries requires every metric named by the dashboard's queries and template

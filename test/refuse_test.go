@@ -19,7 +19,7 @@ import (
 // own port and state dir, and stops it at the end of the test. It returns its DSN.
 func startReplicaCluster(t *testing.T, env *testEnv) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "walrelay-e2e-replica-")
+	dir, err := os.MkdirTemp(env.dir, "walrelay-e2e-replica-")
 	if err != nil {
 		t.Fatal(err)
 	}

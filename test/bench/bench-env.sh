@@ -4,8 +4,10 @@
 # shellcheck shell=bash
 WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}")"
 export WALRELAY_TEST_DIR
-export WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-55452}"
-export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-59112}"
+# Ports: the knobs, else 55452 and 59112..59121, else free ones when those are taken.
+WALRELAY_TEST_PG_PORT="${WALRELAY_BENCH_PG_PORT:-$(pick_port 55452 1)}" || die "no free port for Postgres"
+WALRELAY_TEST_KAFKA_PORT="${WALRELAY_BENCH_KAFKA_PORT:-$(pick_port 59112 10)}" || die "no free ports for Kafka"
+export WALRELAY_TEST_PG_PORT WALRELAY_TEST_KAFKA_PORT
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
 # The broker gets the heap Kafka's own kafka-server-start.sh gives it (1 GiB) rather than the

@@ -48,7 +48,7 @@
 # BENCH_TIMEOUT (seconds for one walrelay drain, 900), BENCH_WALRELAY_ARGS (extra `walrelay
 # run` flags; --slot and --topic are set per run after them), BENCH_RESULTS_DIR (where the
 # report is saved as bench-<date>-n<N>-p<PAYLOAD>.txt, test/bench/results; empty: not saved),
-# WALRELAY_BENCH_DIR (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452),
+# WALRELAY_BENCH_DIR (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452; free ports when taken),
 # WALRELAY_BENCH_KAFKA_PORT (59112), WALRELAY_TEST_KAFKA_HEAP (broker heap, "-Xms1g -Xmx1g"),
 # WALRELAY_BIN (bin/walrelay, built when missing),
 # WALRELAY_BENCH_KEEP=1 (leave Postgres and Kafka running).

@@ -31,7 +31,7 @@
 # (above), LAT_WALRELAY_ARGS (extra `walrelay run` flags for every step),
 # LAT_PROGRAM_ARGS (extra flags of test/bench/latency, e.g. -log-append-time),
 # BENCH_RESULTS_DIR (test/bench/results; empty: not saved), WALRELAY_BENCH_DIR
-# (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452), WALRELAY_BENCH_KAFKA_PORT (59112),
+# (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452; free ports when taken), WALRELAY_BENCH_KAFKA_PORT (59112),
 # WALRELAY_TEST_KAFKA_HEAP (broker heap, "-Xms1g -Xmx1g"),
 # WALRELAY_BIN (default: built from the tree into the state dir), WALRELAY_BENCH_KEEP=1 (leave
 # Postgres and Kafka running).

@@ -143,6 +143,20 @@ free_port_block() {
 	return 1
 }
 
+# pick_port DEFAULT N: print DEFAULT when DEFAULT .. DEFAULT+N-1 are all unused, else a free
+# block (free_port_block N), so `make up`, `make demo` and `make bench` start beside whatever
+# already listens on their default ports.
+pick_port() {
+	local i
+	for ((i = 0; i < $2; i++)); do
+		if port_in_use $(($1 + i)); then
+			free_port_block "$2"
+			return
+		fi
+	done
+	echo "$1"
+}
+
 # take_lock DIR: hold DIR.lock on fd 8 for the rest of the calling script (one run per state
 # dir: several people may share this machine and its ports). Children must not inherit fd 8:
 # run them with 8>&-.

@@ -6,9 +6,10 @@
 # a few transactions (one of them rolled back), waits until the committed events are in Kafka,
 # prints them with kcat, stops walrelay with SIGTERM and then everything else.
 #
-# Knobs: WALRELAY_DEMO_DIR (default /tmp/walrelay-demo), WALRELAY_DEMO_PG_PORT (55442),
-# WALRELAY_DEMO_KAFKA_PORT (59102), WALRELAY_BIN (default bin/walrelay, built when missing),
-# WALRELAY_DEMO_KEEP=1 (leave Postgres and Kafka running afterwards).
+# Knobs: WALRELAY_DEMO_DIR (default /tmp/walrelay-demo), WALRELAY_DEMO_PG_PORT (55442, or a free
+# port when taken), WALRELAY_DEMO_KAFKA_PORT (59102, or a free block of 10 when taken),
+# WALRELAY_BIN (default bin/walrelay, built when missing), WALRELAY_DEMO_KEEP=1 (leave Postgres
+# and Kafka running afterwards).
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -17,8 +18,10 @@ cd "$WALRELAY_ROOT"
 
 WALRELAY_TEST_DIR="$(abs_path "${WALRELAY_DEMO_DIR:-/tmp/walrelay-demo}")"
 export WALRELAY_TEST_DIR
-export WALRELAY_TEST_PG_PORT="${WALRELAY_DEMO_PG_PORT:-55442}"
-export WALRELAY_TEST_KAFKA_PORT="${WALRELAY_DEMO_KAFKA_PORT:-59102}"
+# Ports: the knobs, else 55442 and 59102..59111, else free ones when those are taken.
+WALRELAY_TEST_PG_PORT="${WALRELAY_DEMO_PG_PORT:-$(pick_port 55442 1)}" || die "no free port for Postgres"
+WALRELAY_TEST_KAFKA_PORT="${WALRELAY_DEMO_KAFKA_PORT:-$(pick_port 59102 10)}" || die "no free ports for Kafka"
+export WALRELAY_TEST_PG_PORT WALRELAY_TEST_KAFKA_PORT
 export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"

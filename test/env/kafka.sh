@@ -11,7 +11,9 @@
 #
 # Environment:
 #   WALRELAY_TEST_DIR            state root (default /tmp/walrelay-test); the broker lives in ./kafka
-#   WALRELAY_TEST_KAFKA_PORT     PLAINTEXT port on 127.0.0.1 (default 59092); CONTROLLER uses port+1
+#   WALRELAY_TEST_KAFKA_PORT     PLAINTEXT port on 127.0.0.1 (default: the port of the last start in
+#                                this state dir, else 59092, or a free block when 59092..59101 is
+#                                not free); CONTROLLER uses port+1
 #   WALRELAY_KAFKA_VERSION       org.apache.kafka:kafka_2.13 version (default 4.3.1)
 #   WALRELAY_CACHE               jar cache (default $HOME/.cache/walrelay), outside the work tree
 #   WALRELAY_TEST_KAFKA_HEAP     JVM heap flags (default "-Xms256m -Xmx512m")
@@ -26,9 +28,6 @@ set -euo pipefail
 WALRELAY_LOG_TAG=kafka
 
 KAFKA_VERSION="${WALRELAY_KAFKA_VERSION:-4.3.1}"
-KAFKA_PORT="${WALRELAY_TEST_KAFKA_PORT:-59092}"
-KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
-KAFKA_ADDR="127.0.0.1:$KAFKA_PORT"
 CACHE_DIR="$(abs_path "${WALRELAY_CACHE:-$HOME/.cache/walrelay}")/kafka-$KAFKA_VERSION"
 LIBS="$CACHE_DIR/libs"
 STATE="$(abs_path "$WALRELAY_TEST_DIR")/kafka"
@@ -38,8 +37,18 @@ PROPS="$STATE/server.properties"
 LOG4J="$STATE/log4j2.properties"
 START_TIMEOUT="${WALRELAY_TEST_KAFKA_START_TIMEOUT:-120}"
 SECURE="$STATE/secure"
-KAFKA_SASL_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 2))"
-KAFKA_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 3))"
+# The port: WALRELAY_TEST_KAFKA_PORT, else the one this state dir's broker was last started on
+# (./kafka/port), else 59092, or a free block when 59092..59101 is not free at the first start.
+KAFKA_PORT_FILE="$STATE/port"
+KAFKA_PORT_GIVEN="${WALRELAY_TEST_KAFKA_PORT:-$(cat "$KAFKA_PORT_FILE" 2>/dev/null || true)}"
+set_ports() {
+	KAFKA_PORT="$1"
+	KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
+	KAFKA_ADDR="127.0.0.1:$KAFKA_PORT"
+	KAFKA_SASL_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 2))"
+	KAFKA_SSL_ADDR="127.0.0.1:$((KAFKA_PORT + 3))"
+}
+set_ports "${KAFKA_PORT_GIVEN:-59092}"
 
 # secure_on: the broker has (or is to get) the SASL_SSL and SSL listeners.
 secure_on() { [ "${WALRELAY_TEST_KAFKA_SECURE:-0}" = 1 ] || [ -f "$SECURE/enabled" ]; }
@@ -244,6 +253,14 @@ cmd_start() {
 		return
 	fi
 	fetch
+	if [ -z "$KAFKA_PORT_GIVEN" ]; then
+		local free
+		free="$(pick_port "$KAFKA_PORT" 10)" || die "no 10 free ports for Kafka"
+		if [ "$free" != "$KAFKA_PORT" ]; then
+			log "a port of $KAFKA_PORT..$((KAFKA_PORT + 9)) is taken; using $free"
+			set_ports "$free"
+		fi
+	fi
 	local p deadline=$((SECONDS + 10))
 	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" $(secure_on && echo $((KAFKA_PORT + 2)) $((KAFKA_PORT + 3))); do
 		while port_open "$p"; do
@@ -253,6 +270,7 @@ cmd_start() {
 	done
 	ensure_state_dir "$WALRELAY_TEST_DIR"
 	mkdir -p "$STATE"
+	printf '%s\n' "$KAFKA_PORT" >"$KAFKA_PORT_FILE"
 	if secure_on; then secure_setup; fi
 	write_config
 	format_storage

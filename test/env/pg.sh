@@ -11,7 +11,8 @@
 #
 # Environment:
 #   WALRELAY_TEST_DIR           state root (default /tmp/walrelay-test); the cluster lives in ./pg
-#   WALRELAY_TEST_PG_PORT       port on 127.0.0.1 (default 55432)
+#   WALRELAY_TEST_PG_PORT       port on 127.0.0.1 (default: the port of the last start in this
+#                               state dir, else 55432, or a free one when 55432 is taken)
 #   WALRELAY_TEST_PG_WAL_LEVEL  wal_level (default logical; `replica` for negative tests)
 #   WALRELAY_TEST_PGBIN         server binaries (default /usr/lib/postgresql/15/bin)
 #
@@ -23,9 +24,13 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=pg
 
-PG_PORT="${WALRELAY_TEST_PG_PORT:-55432}"
 PG_WAL_LEVEL="${WALRELAY_TEST_PG_WAL_LEVEL:-logical}"
 PG_STATE="$(abs_path "$WALRELAY_TEST_DIR")/pg"
+# The port: WALRELAY_TEST_PG_PORT, else the one this state dir's cluster was last started on
+# (./pg/port), else 55432, or a free port when 55432 is taken at the first start.
+PG_PORT_FILE="$PG_STATE/port"
+PG_PORT_GIVEN="${WALRELAY_TEST_PG_PORT:-$(cat "$PG_PORT_FILE" 2>/dev/null || true)}"
+PG_PORT="${PG_PORT_GIVEN:-55432}"
 PGDATA_DIR="$PG_STATE/data"
 PG_SOCK="$PG_STATE/sock"
 PG_LOG="$PG_STATE/postgres.log"
@@ -144,7 +149,16 @@ cmd_start() {
 		log "already running on 127.0.0.1:$PG_PORT ($PGDATA_DIR)"
 		return
 	fi
+	if [ -z "$PG_PORT_GIVEN" ]; then
+		local free
+		free="$(pick_port "$PG_PORT" 1)" || die "port $PG_PORT is taken and no free port found"
+		if [ "$free" != "$PG_PORT" ]; then
+			log "port $PG_PORT is taken; using $free"
+			PG_PORT="$free"
+		fi
+	fi
 	init_cluster
+	printf '%s\n' "$PG_PORT" >"$PG_PORT_FILE"
 	write_conf
 	register pg
 	log "starting on 127.0.0.1:$PG_PORT wal_level=$PG_WAL_LEVEL"

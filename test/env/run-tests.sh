@@ -58,6 +58,9 @@ take_lock "$WALRELAY_TEST_DIR"
 stop_services "$WALRELAY_TEST_DIR"
 safe_wipe "$WALRELAY_TEST_DIR"
 ensure_state_dir "$WALRELAY_TEST_DIR"
+# Temporary files of go and of the tests (t.TempDir, the e2e binary) stay in the state dir too.
+export TMPDIR="$WALRELAY_TEST_DIR/tmp"
+mkdir -p "$TMPDIR"
 
 # Ports: the ones given, else free ones, so a port some other process (or an outgoing
 # connection) holds cannot break the run.
