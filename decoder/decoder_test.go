@@ -25,7 +25,7 @@ var (
 	walBase    = pglogrepl.LSN(0x16B3748)
 )
 
-// outboxCols is DESIGN.md's default outbox table.
+// outboxCols is the default outbox table (migrations/001_outbox.sql).
 var outboxCols = []rc{
 	{"id", oidUUID}, {"aggregate_type", oidText}, {"aggregate_id", oidText}, {"event_type", oidText},
 	{"payload", oidJSONB}, {"headers", oidJSONB}, {"created_at", oidTimestamptz},

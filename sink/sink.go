@@ -519,7 +519,7 @@ func stringBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// BuildRecord turns ev into the Kafka record of DESIGN.md §4. Entries of
+// BuildRecord turns ev into the Kafka record of docs/outbox-contract.md. Entries of
 // ev.Headers that would shadow walrelay's own headers (ReservedHeader) are
 // dropped.
 func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {

@@ -55,7 +55,7 @@ func poisonEvents() []*poisonEvent {
 
 var lsnInErrorRE = regexp.MustCompile(`lsn=([0-9A-Fa-f]+/[0-9A-Fa-f]+)`)
 
-// TestContractDeadLetters: records Kafka will never accept (DESIGN.md §6) — larger than
+// TestContractDeadLetters: records Kafka will never accept (docs/outbox-contract.md, Dead letters) — larger than
 // the topic's max.message.bytes, an invalid rendered topic, a NULL aggregate id — go to
 // the dead-letter topic with the reason in headers under the default --on-poison=dlq,
 // while the good events around them arrive in order and the slot moves past all of them.

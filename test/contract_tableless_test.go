@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestContractTableless: the tableless outbox (DESIGN.md §3). walrelay.emit (migration
+// TestContractTableless: the tableless outbox (docs/outbox-contract.md). walrelay.emit (migration
 // 002) in walrelay.emit_mode 'wal' writes no row, only a transactional logical message;
 // the events of committed transactions arrive (topic from aggregate_type, key, the payload
 // as JSON text, headers including id = the uuid walrelay.emit returned), those of

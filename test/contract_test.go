@@ -14,14 +14,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The contract tests check the outbox contract of DESIGN.md §3-§4 and README.md end to
+// The contract tests check the outbox contract of docs/outbox-contract.md end to
 // end, one shape of outbox at a time: the Debezium column preset, every payload type,
 // several outbox tables with their own routing, the tableless outbox, dead letters,
 // schema changes while streaming, and an idempotent consumer. Each runs in isolation
 // (its own tables, slot, publication and topic prefix) and logs one summary line
 // starting with "scenario=contract/".
 
-// stdHeaders are the headers every record carries (DESIGN.md §4), plus extra key/value
+// stdHeaders are the headers every record carries (docs/outbox-contract.md), plus extra key/value
 // pairs.
 func stdHeaders(id, eventType, aggType string, extra ...string) map[string]string {
 	h := map[string]string{"id": id, "event_type": eventType, "aggregate_type": aggType}
@@ -146,7 +146,7 @@ func TestContractDebeziumPreset(t *testing.T) {
 }
 
 // TestContractPayloadTypes: the value is the payload exactly as stored, for each accepted
-// payload type (DESIGN.md §3-§4): jsonb as its JSON text (payload::text), json as the
+// payload type (docs/outbox-contract.md): jsonb as its JSON text (payload::text), json as the
 // original text with its whitespace, key order and duplicate keys, text as is, bytea as
 // the raw bytes (non-UTF-8, random, large and empty included). Large values are TOASTed
 // in the table. NULL is a tombstone; an empty value is not.

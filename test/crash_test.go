@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestCrashKill9 is the key fault test (STYLE.md 20): while a workload commits and rolls
+// TestCrashKill9 is the key fault test: while a workload commits and rolls
 // back transactions continuously, walrelay is killed with SIGKILL at random moments and
 // restarted. In the end every committed event must have arrived at least once, the first
 // deliveries of each aggregate must follow commit order, and no rolled-back event may
@@ -151,7 +151,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		// record and, unless the flushed WAL ended exactly at T's last insert (Postgres
 		// flushes at commits and at page boundaries; nothing else commits in between),
 		// before PreCommit, sampled right after that insert. Confirming T's CommitLSN
-		// (DESIGN §2 rule 2) lands on PreCommit or later.
+		// (instead of its end LSN) lands on PreCommit or later.
 		if confirmed >= tx.PreCommit {
 			t.Errorf("txn %d was delivered again although the first run confirmed %s, at or past the start of its commit record (≥ %s): was CommitLSN confirmed instead of TransactionEndLSN?",
 				tx.Index, confirmed, tx.PreCommit)

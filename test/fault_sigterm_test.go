@@ -170,7 +170,7 @@ func TestFaultSIGTERMFinalLSN(t *testing.T) {
 			confirmed, limit, star.Index)
 	case confirmed > lastAcked:
 		relation = fmt.Sprintf("keepalive_plus_%d", confirmed-lastAcked)
-		t.Logf("confirmed_flush_lsn %s is %d bytes past the last transaction end %s and before %s: a keepalive position (DESIGN §2.4)",
+		t.Logf("confirmed_flush_lsn %s is %d bytes past the last transaction end %s and before %s: a keepalive position (confirmed when nothing is open or in flight)",
 			confirmed, confirmed-lastAcked, lastAcked, limit)
 	}
 	t.Logf("after SIGTERM: confirmed %s, walrelay logged %s, last decoded transaction before the first incomplete one ends at %s (last workload one %s), max walrelay.lsn in Kafka %s",

@@ -49,7 +49,7 @@ func hardenDelivered(t *testing.T, env *testEnv, prefix string, ids ...string) m
 // old and the new name and the fix, the slot stays before the insert, and either fix
 // (restart with --table at the new name, or rename it back) delivers it. A restart with
 // the new name also delivers inserts made before the rename, which arrive under the old
-// name (DESIGN.md §3).
+// name (docs/outbox-contract.md).
 func TestRenamedOutboxTableStops(t *testing.T) {
 	env := requireEnv(t)
 	for _, mode := range []string{"rename", "set_schema"} {

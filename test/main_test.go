@@ -1,6 +1,6 @@
 // Package e2e holds walrelay's end-to-end and fault tests. They run the real walrelay
 // binary against a real Postgres 15 and a real Kafka broker, started by `make test`
-// (test/env/*), and prove the delivery contract of DESIGN.md: every committed outbox
+// (test/env/*), and prove the delivery contract (docs/guarantees.md): every committed outbox
 // event arrives, in commit order per aggregate, nothing from a rolled-back transaction
 // does, and the slot is confirmed only up to what Kafka acknowledged.
 //

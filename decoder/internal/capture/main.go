@@ -52,7 +52,7 @@ var setup = []string{
 	`DROP TYPE IF EXISTS mood`,
 	`CREATE SCHEMA IF NOT EXISTS app`,
 	`CREATE TYPE mood AS ENUM ('calm', 'busy')`,
-	// The default outbox table, exactly as in DESIGN.md §3.
+	// The default outbox table, as migrations/001_outbox.sql creates it.
 	`CREATE TABLE outbox (
 	  id             uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
 	  aggregate_type text        NOT NULL,

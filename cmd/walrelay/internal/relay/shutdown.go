@@ -59,7 +59,7 @@ func (r *runner) finishBetweenSessions() {
 }
 
 // confirmFinal opens a replication connection, starts streaming and stops at
-// once, reporting w as written, flushed and applied (DESIGN §2.1).
+// once, reporting w as written, flushed and applied.
 func (r *runner) confirmFinal(deadline time.Time, w pglogrepl.LSN) error {
 	ctx, cancel := context.WithDeadline(context.Background(), maxTime(deadline, time.Now().Add(finalConfirmMin)))
 	defer cancel()
