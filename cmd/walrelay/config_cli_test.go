@@ -31,7 +31,7 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-// TestDSNFileEverywhere: migrate, status and prune also read the DSN from a
+// TestDSNFileEverywhere: migrate, status, prune and cutover also read the DSN from a
 // file, and a DSN that does not parse is reported without its password.
 func TestDSNFileEverywhere(t *testing.T) {
 	dir := t.TempDir()
@@ -39,6 +39,10 @@ func TestDSNFileEverywhere(t *testing.T) {
 	cfg, err := config.LoadPrune(pruneUsage, []string{"--older-than", "72h"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
 	if err != nil || cfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
 		t.Errorf("prune: %v, dsn %q", err, cfg.PostgresDSN)
+	}
+	ccfg, err := config.LoadCutover(cutoverUsage, []string{"--from-slot", "debezium"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
+	if err != nil || ccfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
+		t.Errorf("cutover: %v, dsn %q", err, ccfg.PostgresDSN)
 	}
 	for _, cmd := range []string{"migrate", "status"} {
 		var stderr strings.Builder

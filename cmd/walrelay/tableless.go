@@ -54,7 +54,7 @@ func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note strin
 		for _, f := range public {
 			fix = append(fix, "REVOKE EXECUTE ON FUNCTION "+f+" FROM PUBLIC;")
 		}
-		return false, fmt.Sprintf("message prefix %q is on and EXECUTE on %s is granted to PUBLIC: any role that can connect can emit events with any topic and key; fix: %s then GRANT EXECUTE ON FUNCTION ... TO your application role (and to walrelay's role for heartbeats), or let applications call a SECURITY DEFINER walrelay.emit (see README, Tableless outbox)",
+		return false, fmt.Sprintf("message prefix %q is on and EXECUTE on %s is granted to PUBLIC: any role that can connect can emit events with any topic and key; fix: %s then GRANT EXECUTE ON FUNCTION ... TO your application role (and to walrelay's role for heartbeats), or let applications call a SECURITY DEFINER walrelay.emit (see docs/outbox-contract.md, Tableless outbox)",
 			cfg.MessagePrefix, strings.Join(public, " and "), strings.Join(fix, " "))
 	}
 	if len(self) > 0 && cfg.HeartbeatInterval > 0 {

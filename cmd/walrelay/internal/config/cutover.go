@@ -23,6 +23,8 @@ const CutoverNudgePrefix = "walrelay.cutover"
 // CutoverConfig is what `walrelay cutover` needs.
 type CutoverConfig struct {
 	PostgresDSN string
+	// PostgresDSNFile holds the DSN instead of PostgresDSN.
+	PostgresDSNFile string
 	// Slot, Publication and Tables are walrelay's, as `walrelay run` gets
 	// them (defaults walrelay, walrelay, public.outbox).
 	Slot              string
@@ -65,6 +67,7 @@ func DefaultCutoverConfig() CutoverConfig {
 func (c *CutoverConfig) settings() []setting {
 	return []setting{
 		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
+		{"postgres-dsn-file", "file holding the Postgres DSN (instead of --postgres-dsn)", stringVal{&c.PostgresDSNFile}},
 		{"slot", "walrelay's replication slot (created here)", stringVal{&c.Slot}},
 		{"publication", "walrelay's publication (created when missing, as by walrelay run)", stringVal{&c.Publication}},
 		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
@@ -121,6 +124,9 @@ func (c CutoverConfig) Replication() replication.Config {
 func LoadCutover(usage string, args []string, getenv func(string) string, help io.Writer) (CutoverConfig, error) {
 	cfg := DefaultCutoverConfig()
 	if err := load("walrelay cutover", usage, cfg.settings(), args, getenv, help); err != nil {
+		return CutoverConfig{}, err
+	}
+	if err := ReadSecretFile("postgres-dsn", cfg.PostgresDSNFile, &cfg.PostgresDSN); err != nil {
 		return CutoverConfig{}, err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -64,7 +64,7 @@ func TestFormatSize(t *testing.T) {
 }
 
 // TestSizeSettingsEverySource: the size settings take units from flags, env
-// and YAML alike, and the defaults print as the README shows them.
+// and YAML alike, and the defaults print as docs/configuration.md shows them.
 func TestSizeSettingsEverySource(t *testing.T) {
 	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	dir := t.TempDir()

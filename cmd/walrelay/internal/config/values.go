@@ -60,7 +60,7 @@ func (v intVal) Set(s string) error {
 // sizeVal is a byte size: plain bytes (67108864) or a number with a unit,
 // KiB/MiB/GiB (powers of 1024) or KB/MB/GB (powers of 1000); B is bytes.
 // Flags, env and YAML all parse through it, and String prints the form the
-// README shows (64MiB).
+// docs/configuration.md shows (64MiB).
 type sizeVal struct{ p *int }
 
 var sizeUnits = []struct {
