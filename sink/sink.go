@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -208,6 +209,24 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("kafka compression: %q is not one of none, gzip, snappy, lz4, zstd", name)
 }
 
+// minCompressBytes is the smallest record batch (uncompressed record bytes)
+// that is compressed. At live rates a batch holds one or a few records: a
+// codec's per-call set-up (zstd's block and table encoding) then costs more
+// CPU than the few bytes it saves are worth, on both sides of the wire.
+const minCompressBytes = 1 << 10
+
+// smallBatchesRaw is the configured codec, except that batches below
+// minCompressBytes go out uncompressed (a batch's codec is per batch in
+// Kafka's format; consumers read both).
+type smallBatchesRaw struct{ kgo.Compressor }
+
+func (c smallBatchesRaw) Compress(dst *bytes.Buffer, src []byte, flags ...kgo.CompressFlag) ([]byte, kgo.CompressionCodecType) {
+	if c.Compressor == nil || len(src) < minCompressBytes {
+		return src, kgo.CodecNone
+	}
+	return c.Compressor.Compress(dst, src, flags...)
+}
+
 // Option sets an optional collaborator.
 type Option func(*Sink)
 
@@ -290,11 +309,15 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		o(s)
 	}
 	comp, _ := codec(cfg.Compression)
+	inner, err := kgo.DefaultCompressor(comp)
+	if err != nil {
+		return nil, fmt.Errorf("kafka compression: %w", err)
+	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerBatchCompression(comp),
+		kgo.WithCompressor(smallBatchesRaw{inner}),
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
