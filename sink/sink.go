@@ -46,8 +46,10 @@ type Config struct {
 	// its fastest level (see codec).
 	Compression string
 	// Linger is how long a partition waits for more records before sending a
-	// batch; 0 sends as soon as a request can go. Taken as given: walrelay's
-	// configuration supplies its 5ms default (Kafka 4's linger.ms).
+	// batch. 0 (the default) batches adaptively instead: a record goes out at
+	// once when nothing is in flight, and records gather while a produce
+	// request is in flight (see gate.go); with a transactional id, 0 sends
+	// as soon as a request can go.
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch. Default 1 MiB (Kafka's default
 	// max.message.bytes).
@@ -283,6 +285,8 @@ type Sink struct {
 
 	mu     sync.Mutex
 	topics map[string]topicMeta // topics known to exist
+
+	gate *gate // adaptive batching; nil with a linger or a transactional id
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -346,6 +350,9 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	}
 	s.client = cl
 	s.admin = kadm.NewClient(cl)
+	if cfg.Linger == 0 && cl.OptValue(kgo.TransactionalID) == "" {
+		s.gate = newGate(func() *kgo.Client { return s.client }, cfg.MaxBufferedRecords, cfg.MaxBufferedBytes)
+	}
 	return s, nil
 }
 
@@ -445,13 +452,18 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 // ctx ends fails. Pass a context that outlives a graceful drain.
 func (s *Sink) Send(ctx context.Context, r Record, done func(error)) {
 	id, lsn := r.id, r.lsn
-	s.client.Produce(ctx, r.rec, func(rec *kgo.Record, err error) {
+	promise := func(rec *kgo.Record, err error) {
 		if err != nil {
 			done(&ProduceError{Topic: rec.Topic, EventID: id, LSN: lsn.String(), Err: err})
 			return
 		}
 		done(nil)
-	})
+	}
+	if s.gate != nil {
+		s.gate.send(ctx, r.rec, promise)
+		return
+	}
+	s.client.Produce(ctx, r.rec, promise)
 }
 
 // record builds ev's record with the configured extras, and says how many
@@ -616,11 +628,38 @@ func (s *Sink) batchMaxBytes(topic string) int32 {
 
 // Flush waits until every produced record is acknowledged or failed, or ctx
 // ends.
-func (s *Sink) Flush(ctx context.Context) error { return s.client.Flush(ctx) }
+func (s *Sink) Flush(ctx context.Context) error {
+	for {
+		if err := s.client.Flush(ctx); err != nil {
+			return err
+		}
+		if s.gate == nil || s.gate.buffered() == 0 {
+			return nil
+		}
+		// Records the gate hands over after the client's last one finished.
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // Buffered returns the number of records produced and not yet finished.
-func (s *Sink) Buffered() int64 { return s.client.BufferedProduceRecords() }
+func (s *Sink) Buffered() int64 {
+	if s.gate != nil {
+		return s.gate.buffered()
+	}
+	return s.client.BufferedProduceRecords()
+}
 
 // Close closes the client. Records still buffered fail with
 // kgo.ErrClientClosed; call it after the final watermark was confirmed.
-func (s *Sink) Close() { s.client.Close() }
+func (s *Sink) Close() {
+	s.client.Close()
+	if s.gate != nil {
+		s.gate.fail(kgo.ErrClientClosed)
+	}
+}
