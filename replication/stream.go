@@ -285,9 +285,12 @@ func (s *Stream) stream(ctx context.Context) error {
 			start := len(cur.buf)
 			cur.buf = append(cur.buf, f.data...)
 			cur.Msgs = append(cur.Msgs, Message{WALStart: f.walStart, ServerWALEnd: f.serverWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
-			// A commit ends a transaction: hand it over now for latency;
-			// otherwise fill the batch.
-			if f.data[0] == 'C' || len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
+			// A commit ends a transaction: hand it over now for latency,
+			// unless more of the stream is already received (then the next
+			// messages join the batch: one hand-over, not one per
+			// transaction, when the stream is busy); otherwise fill the batch.
+			if (f.data[0] == 'C' && s.conn.conn.Frontend().ReadBufferLen() == 0) ||
+				len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
 				flush()
 			}
 		case *pgproto3.NoticeResponse:

@@ -217,3 +217,44 @@ func TestStreamStopsPromptlyWhenIdle(t *testing.T) {
 		t.Fatal("Run did not return within 20s of the stop request (KeepaliveInterval 1m)")
 	}
 }
+
+// TestStreamBatchesCommitsAlreadyReceived: transactions that arrive together (one
+// read) are handed over in one batch; a commit with nothing more received is handed
+// over at once. Before, every commit ended a batch, which cost a hand-over (and a
+// goroutine wake-up) per transaction on a busy stream.
+func TestStreamBatchesCommitsAlreadyReceived(t *testing.T) {
+	f := startFakeWalsender(t, Identity{SystemID: "7300000000000000004", Timeline: 1})
+	hold := make(chan struct{})
+	defer close(hold)
+	var frames [][]byte
+	for i := range 3 {
+		lsn := pglogrepl.LSN(0x2000 + 0x100*i)
+		frames = append(frames, xlogData(lsn, lsn, []byte{'B', 0}), xlogData(lsn+0x10, lsn, []byte{'I', 0}), xlogData(lsn+0x20, lsn, []byte{'C', 0}))
+	}
+	f.scripts <- script{frames: frames, hold: hold}
+	c := openFake(t, f, Config{Batches: 4, BatchBytes: 64 << 10, StatusInterval: time.Second,
+		KeepaliveInterval: time.Minute, ShutdownTimeout: time.Second})
+	s := c.NewStream(settledAt(c.Start), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var sizes []int
+	for n := 0; n < len(frames); {
+		select {
+		case b := <-s.Batches():
+			sizes = append(sizes, len(b.Msgs))
+			n += len(b.Msgs)
+			s.Release(b)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got batches of %v messages, want all %d", sizes, len(frames))
+		}
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(sizes) != 1 {
+		t.Errorf("3 transactions received in one read came in batches of %v messages, want one batch", sizes)
+	}
+}
