@@ -4,6 +4,7 @@
 #   make build   static binary bin/walrelay
 #   make demo    Postgres + Kafka + walrelay end to end, printing the Kafka records
 #   make bench   walrelay vs pg_recvlogical draining the same WAL (BENCH_N, BENCH_PAYLOAD)
+#   make bench-latency  live latency, CPU and RSS at 1k, 5k, 20k events/s, 1 and 10 events/txn
 #   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
 
@@ -33,6 +34,12 @@ demo: build
 
 bench: build
 	bash test/bench/bench.sh
+
+# make bench-latency: test/bench/latency.sh at 1k, 5k and 20k events/s with 1 and with 10
+# events per transaction (LAT_RATES overrides the steps; the other LAT_* knobs are in its header).
+.PHONY: bench-latency
+bench-latency:
+	LAT_RATES="$${LAT_RATES:-1000 5000 20000 1000x10 5000x10 20000x10}" bash test/bench/latency.sh
 
 # make image: the container image walrelay/walrelay:VERSION (and :latest) with buildah, offline,
 # from deploy/Containerfile and the static binary of `make build` (see docs/deployment.md).

@@ -52,7 +52,6 @@ type Tracker struct {
 	open      *txn
 	inFlight  int
 	watermark pglogrepl.LSN
-	changed   chan struct{}
 }
 
 // New returns a Tracker whose watermark starts at start (the slot's
@@ -67,7 +66,6 @@ func New(cfg Config, start pglogrepl.LSN) (*Tracker, error) {
 	return &Tracker{
 		sem:       make(chan struct{}, cfg.MaxInFlight),
 		watermark: start,
-		changed:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -180,7 +178,6 @@ func (t *Tracker) close(end pglogrepl.LSN, aborted bool) error {
 // must be returned with release after unlocking.
 func (t *Tracker) releaseLocked() int {
 	n := 0
-	moved := false
 	for len(t.queue) > 0 {
 		x := t.queue[0]
 		if !x.closed || x.pending > 0 {
@@ -191,13 +188,6 @@ func (t *Tracker) releaseLocked() int {
 		n++
 		if !x.aborted && x.end > t.watermark {
 			t.watermark = x.end
-			moved = true
-		}
-	}
-	if moved {
-		select {
-		case t.changed <- struct{}{}:
-		default:
 		}
 	}
 	return n
@@ -222,10 +212,6 @@ func (t *Tracker) AdvanceIdle(lsn pglogrepl.LSN) bool {
 	}
 	if lsn > t.watermark {
 		t.watermark = lsn
-		select {
-		case t.changed <- struct{}{}:
-		default:
-		}
 	}
 	return true
 }
@@ -251,10 +237,4 @@ func (t *Tracker) Pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.queue)
-}
-
-// Changed returns a channel that receives a value after the watermark moved.
-// Several moves may be coalesced into one value.
-func (t *Tracker) Changed() <-chan struct{} {
-	return t.changed
 }

@@ -133,6 +133,12 @@ func (f *fakeWalsender) serve(nc net.Conn) error {
 type script struct {
 	frames [][]byte // CopyData payloads
 	raw    []byte   // then these bytes as they are (not a CopyData)
+	// hold, when set, keeps the stream open after the frames until it is
+	// closed or the client ends the copy.
+	hold <-chan struct{}
+	// status, when set, receives the flush position of every standby status
+	// update the client sends (the send is dropped when status is full).
+	status chan<- pglogrepl.LSN
 }
 
 // copyBoth sends the script and ends the copy, while the client's status
@@ -143,11 +149,25 @@ func (f *fakeWalsender) copyBoth(nc net.Conn, be *pgproto3.Backend, sc script) e
 		return err
 	}
 	done := make(chan struct{})
+	clientDone := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			if _, err := be.Receive(); err != nil {
+			msg, err := be.Receive()
+			if err != nil {
 				return
+			}
+			switch m := msg.(type) {
+			case *pgproto3.CopyDone:
+				close(clientDone)
+			case *pgproto3.CopyData:
+				// Standby status update: 'r', write, flush, apply, time, reply.
+				if sc.status != nil && len(m.Data) == 34 && m.Data[0] == 'r' {
+					select {
+					case sc.status <- pglogrepl.LSN(binary.BigEndian.Uint64(m.Data[9:])):
+					default:
+					}
+				}
 			}
 		}
 	}()
@@ -157,6 +177,12 @@ func (f *fakeWalsender) copyBoth(nc net.Conn, be *pgproto3.Backend, sc script) e
 	err := be.Flush()
 	if err == nil && len(sc.raw) > 0 {
 		_, err = nc.Write(sc.raw)
+	}
+	if sc.hold != nil {
+		select {
+		case <-sc.hold:
+		case <-clientDone:
+		}
 	}
 	be.Send(&pgproto3.CopyDone{})
 	err = errors.Join(err, be.Flush())

@@ -16,8 +16,9 @@ import (
 // anything (half-open, or a frozen server); the caller reconnects.
 var ErrServerSilent = errors.New("replication connection silent")
 
-// receiveWait bounds one receive, so a stop request is noticed promptly.
-const receiveWait = 250 * time.Millisecond
+// pollWait is the shortest wait of a receive: how often a watermark that is
+// due to be reported, and has not moved yet, is looked at again.
+const pollWait = 250 * time.Millisecond
 
 // maxBatchMsgs caps the messages of one batch (small messages would otherwise
 // make a batch of BatchBytes hold tens of thousands).
@@ -75,6 +76,7 @@ type Stream struct {
 	lastSent     pglogrepl.LSN
 	lastSentAt   time.Time
 	serverWALEnd pglogrepl.LSN
+	lastData     pglogrepl.LSN // WAL start of the last XLogData handed over
 }
 
 // StreamOption sets an optional collaborator.
@@ -172,7 +174,18 @@ func (s *Stream) stream(ctx context.Context) error {
 			cur = nil
 		}
 	}
-	var window receiveWindow
+	// Receives block on the connection's read deadline, set only when the
+	// next wake-up moves (a status update due), not per message; a stop
+	// request moves it to now. A context per receive would cost a timer and
+	// a context registration per message, and a fixed short window would
+	// wake an idle stream several times a second.
+	nc := s.conn.conn.Conn()
+	woke := make(chan struct{})
+	stopWake := context.AfterFunc(ctx, func() {
+		defer close(woke)
+		_ = nc.SetReadDeadline(time.Now())
+	})
+	var deadline time.Time // nc's read deadline; zero: none yet
 	lastHeard := time.Now()
 	last := s.conn.Start // WAL start of the last XLogData, for errors
 	// next makes cur a free batch, waiting for one (backpressure); false when
@@ -188,7 +201,10 @@ func (s *Stream) stream(ctx context.Context) error {
 		return true, nil
 	}
 	defer func() {
-		window.close()
+		if !stopWake() {
+			<-woke // a late wake-up must not land on the drain's traffic
+		}
+		_ = nc.SetReadDeadline(time.Time{})
 		if cur != nil {
 			s.Release(cur)
 		}
@@ -206,10 +222,24 @@ func (s *Stream) stream(ctx context.Context) error {
 				return err // nil: ctx done while waiting
 			}
 		}
-		raw, err := s.conn.conn.ReceiveMessage(window.get())
+		if now := time.Now(); deadline.IsZero() || !now.Before(deadline) || s.wakeAt(now).Before(deadline) {
+			deadline = s.wakeAt(now)
+			if err := nc.SetReadDeadline(deadline); err != nil {
+				return fmt.Errorf("receive from postgres: %w", err)
+			}
+			if ctx.Err() != nil {
+				continue // the stop's wake-up may have been overwritten
+			}
+		}
+		// context.Background: pgconn then watches no context (the deadline
+		// above bounds the receive).
+		raw, err := s.conn.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
 				flush()
+				if ctx.Err() != nil {
+					continue
+				}
 				if silent := time.Since(lastHeard); silent > s.conn.cfg.ServerTimeout {
 					return fmt.Errorf("receive from postgres: %w: nothing received for %v although replies were requested", ErrServerSilent, silent.Round(time.Second))
 				}
@@ -250,13 +280,17 @@ func (s *Stream) stream(ctx context.Context) error {
 					return err
 				}
 			}
+			s.lastData = f.walStart
 			// Copy out of pgconn's read buffer, which the next receive reuses.
 			start := len(cur.buf)
 			cur.buf = append(cur.buf, f.data...)
 			cur.Msgs = append(cur.Msgs, Message{WALStart: f.walStart, ServerWALEnd: f.serverWALEnd, Data: cur.buf[start:len(cur.buf):len(cur.buf)]})
-			// A commit ends a transaction: hand it over now for latency;
-			// otherwise fill the batch.
-			if f.data[0] == 'C' || len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
+			// A commit ends a transaction: hand it over now for latency,
+			// unless more of the stream is already received (then the next
+			// messages join the batch: one hand-over, not one per
+			// transaction, when the stream is busy); otherwise fill the batch.
+			if (f.data[0] == 'C' && s.conn.conn.Frontend().ReadBufferLen() == 0) ||
+				len(cur.buf) >= s.conn.cfg.BatchBytes || len(cur.Msgs) >= maxBatchMsgs {
 				flush()
 			}
 		case *pgproto3.NoticeResponse:
@@ -277,25 +311,32 @@ func (s *Stream) stream(ctx context.Context) error {
 	}
 }
 
-// receiveWindow hands out one receive deadline for every message of a
-// receiveWait window: a context per message would cost a timer per message.
-type receiveWindow struct {
-	ctx    context.Context
-	cancel context.CancelFunc
+// wakeAt returns when a receive must give up waiting so that the next
+// status update goes out on time: StatusInterval after the last one while
+// something handed over (or WAL the server reported) is not confirmed yet,
+// otherwise KeepaliveInterval after it, and never sooner than pollWait from
+// now. An idle, confirmed stream thus wakes once per KeepaliveInterval; the
+// server's silence is checked at each wake-up (ServerTimeout is at least
+// three KeepaliveIntervals).
+func (s *Stream) wakeAt(now time.Time) time.Time {
+	wait := s.conn.cfg.KeepaliveInterval
+	if s.unconfirmed() {
+		wait = s.conn.cfg.StatusInterval
+	}
+	return maxTime(s.lastSentAt.Add(wait), now.Add(min(pollWait, wait)))
 }
 
-func (w *receiveWindow) get() context.Context {
-	if w.ctx == nil || w.ctx.Err() != nil {
-		w.close()
-		w.ctx, w.cancel = context.WithTimeout(context.Background(), receiveWait)
-	}
-	return w.ctx
+// unconfirmed reports that the last status update does not cover everything
+// received: a message handed over at or after it, or a higher server WAL end.
+func (s *Stream) unconfirmed() bool {
+	return (s.lastData != 0 && s.lastData >= s.lastSent) || s.serverWALEnd > s.lastSent
 }
 
-func (w *receiveWindow) close() {
-	if w.cancel != nil {
-		w.cancel()
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
+	return b
 }
 
 // acquire takes a free batch, reporting status while the consumer holds all

@@ -22,3 +22,30 @@ func TestLingerReachesTheProducer(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestAdaptiveBatchingOnlyWithoutLinger: the gate batches adaptively only with
+// linger 0 and no transactional id (a forced linger and Kafka transactions keep
+// franz-go's own batching).
+func TestAdaptiveBatchingOnlyWithoutLinger(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		opts   []Option
+		want   bool
+	}{
+		{"default", 0, nil, true},
+		{"forced linger", 5 * time.Millisecond, nil, false},
+		{"transactional", 0, []Option{WithTransactionalID("walrelay-test")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Linger: tc.linger}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.gate != nil; got != tc.want {
+				t.Errorf("adaptive batching %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,8 +46,10 @@ type Config struct {
 	// its fastest level (see codec).
 	Compression string
 	// Linger is how long a partition waits for more records before sending a
-	// batch; 0 sends as soon as a request can go. Taken as given: walrelay's
-	// configuration supplies its 5ms default (Kafka 4's linger.ms).
+	// batch. 0 (the default) batches adaptively instead: a record goes out at
+	// once when nothing is in flight, and records gather while a produce
+	// request is in flight (see gate.go); with a transactional id, 0 sends
+	// as soon as a request can go.
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch. Default 1 MiB (Kafka's default
 	// max.message.bytes).
@@ -209,6 +212,24 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("%q is not one of none, gzip, snappy, lz4, zstd", name)
 }
 
+// minCompressBytes is the smallest record batch (uncompressed record bytes)
+// that is compressed. At live rates a batch holds one or a few records: a
+// codec's per-call set-up (zstd's block and table encoding) then costs more
+// CPU than the few bytes it saves are worth, on both sides of the wire.
+const minCompressBytes = 1 << 10
+
+// smallBatchesRaw is the configured codec, except that batches below
+// minCompressBytes go out uncompressed (a batch's codec is per batch in
+// Kafka's format; consumers read both).
+type smallBatchesRaw struct{ kgo.Compressor }
+
+func (c smallBatchesRaw) Compress(dst *bytes.Buffer, src []byte, flags ...kgo.CompressFlag) ([]byte, kgo.CompressionCodecType) {
+	if c.Compressor == nil || len(src) < minCompressBytes {
+		return src, kgo.CodecNone
+	}
+	return c.Compressor.Compress(dst, src, flags...)
+}
+
 // Option sets an optional collaborator.
 type Option func(*Sink)
 
@@ -265,6 +286,8 @@ type Sink struct {
 
 	mu     sync.Mutex
 	topics map[string]topicMeta // topics known to exist
+
+	gate *gate // adaptive batching; nil with a linger or a transactional id
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -291,11 +314,15 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		o(s)
 	}
 	comp, _ := codec(cfg.Compression)
+	inner, err := kgo.DefaultCompressor(comp)
+	if err != nil {
+		return nil, fmt.Errorf("kafka compression: %w", err)
+	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerBatchCompression(comp),
+		kgo.WithCompressor(smallBatchesRaw{inner}),
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
@@ -324,6 +351,9 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	}
 	s.client = cl
 	s.admin = kadm.NewClient(cl)
+	if cfg.Linger == 0 && cl.OptValue(kgo.TransactionalID) == "" {
+		s.gate = newGate(func() *kgo.Client { return s.client }, cfg.MaxBufferedRecords, cfg.MaxBufferedBytes)
+	}
 	return s, nil
 }
 
@@ -423,13 +453,18 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 // ctx ends fails. Pass a context that outlives a graceful drain.
 func (s *Sink) Send(ctx context.Context, r Record, done func(error)) {
 	id, lsn := r.id, r.lsn
-	s.client.Produce(ctx, r.rec, func(rec *kgo.Record, err error) {
+	promise := func(rec *kgo.Record, err error) {
 		if err != nil {
 			done(&ProduceError{Topic: rec.Topic, EventID: id, LSN: lsn.String(), Err: err})
 			return
 		}
 		done(nil)
-	})
+	}
+	if s.gate != nil {
+		s.gate.send(ctx, r.rec, promise)
+		return
+	}
+	s.client.Produce(ctx, r.rec, promise)
 }
 
 // record builds ev's record with the configured extras, and says how many
@@ -594,11 +629,38 @@ func (s *Sink) batchMaxBytes(topic string) int32 {
 
 // Flush waits until every produced record is acknowledged or failed, or ctx
 // ends.
-func (s *Sink) Flush(ctx context.Context) error { return s.client.Flush(ctx) }
+func (s *Sink) Flush(ctx context.Context) error {
+	for {
+		if err := s.client.Flush(ctx); err != nil {
+			return err
+		}
+		if s.gate == nil || s.gate.buffered() == 0 {
+			return nil
+		}
+		// Records the gate hands over after the client's last one finished.
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // Buffered returns the number of records produced and not yet finished.
-func (s *Sink) Buffered() int64 { return s.client.BufferedProduceRecords() }
+func (s *Sink) Buffered() int64 {
+	if s.gate != nil {
+		return s.gate.buffered()
+	}
+	return s.client.BufferedProduceRecords()
+}
 
 // Close closes the client. Records still buffered fail with
 // kgo.ErrClientClosed; call it after the final watermark was confirmed.
-func (s *Sink) Close() { s.client.Close() }
+func (s *Sink) Close() {
+	s.client.Close()
+	if s.gate != nil {
+		s.gate.fail(kgo.ErrClientClosed)
+	}
+}

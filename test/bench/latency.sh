@@ -24,12 +24,17 @@
 # fresh consumer arrived only at the end of its first fetch wait, up to 1 s late, also with
 # broker-append timestamps (-log-append-time), i.e. not walrelay's delay.)
 #
-# Knobs: LAT_RATES ("1000 5000 20000 max"; an entry RATE:FLAG,FLAG adds walrelay flags to that
-# step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"), LAT_DURATION (20s),
-# LAT_TXN_SIZE (1 event per transaction), LAT_CONNS (4 writer connections), LAT_PAYLOAD (200
+# Knobs: LAT_RATES ("1000 5000 20000 max"; an entry RATExN runs that step with N events per
+# transaction instead of LAT_TXN_SIZE, e.g. "1000 1000x10"; an entry RATE[xN]:FLAG,FLAG adds
+# walrelay flags to that step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"),
+# LAT_DURATION (20s), LAT_TXN_SIZE (1 event per transaction by default), LAT_CONNS (4 writer connections), LAT_PAYLOAD (200
 # bytes), LAT_DRAIN (60s: wait for the tail after writing stops), LAT_WARMUP, LAT_WARMUP_RATE
 # (above), LAT_WALRELAY_ARGS (extra `walrelay run` flags for every step),
 # LAT_PROGRAM_ARGS (extra flags of test/bench/latency, e.g. -log-append-time),
+# LAT_PPROF_SECONDS (0: off; N: walrelay runs with --pprof and an N-second CPU profile is taken
+# in every measured step, starting LAT_PPROF_DELAY (4s) after the program starts, i.e. after
+# its 2 s of pings: keep LAT_DURATION above delay + N; saved next to the report as
+# pprof-<label>.pb.gz, with the binary, for `go tool pprof`),
 # BENCH_RESULTS_DIR (test/bench/results; empty: not saved), WALRELAY_BENCH_DIR
 # (/tmp/walrelay-bench), WALRELAY_BENCH_PG_PORT (55452; free ports when taken), WALRELAY_BENCH_KAFKA_PORT (59112),
 # WALRELAY_TEST_KAFKA_HEAP (broker heap, "-Xms1g -Xmx1g"),
@@ -49,8 +54,11 @@ PAYLOAD="${LAT_PAYLOAD:-200}"
 DRAIN="${LAT_DRAIN:-60s}"
 WARMUP="${LAT_WARMUP:-30s}"
 WARMUP_RATE="${LAT_WARMUP_RATE:-5000}"
+PPROF_SECONDS="${LAT_PPROF_SECONDS:-0}"
+PPROF_DELAY="${LAT_PPROF_DELAY:-4}"
+[[ "$PPROF_SECONDS" =~ ^[0-9]+$ && "$PPROF_DELAY" =~ ^[0-9]+$ ]] || die "LAT_PPROF_SECONDS and LAT_PPROF_DELAY must be whole numbers of seconds"
 for r in "${RATES[@]}"; do
-	[[ "$r" =~ ^([1-9][0-9]*|max)(:.*)?$ ]] || die "LAT_RATES entries must be RATE or RATE:FLAG,FLAG... (RATE a positive whole number or max), got '$r'"
+	[[ "$r" =~ ^([1-9][0-9]*|max)(x[1-9][0-9]*)?(:.*)?$ ]] || die "LAT_RATES entries must be RATE, RATExTXN_SIZE or either followed by :FLAG,FLAG... (RATE a positive whole number or max), got '$r'"
 done
 [ "${#RATES[@]}" -gt 0 ] || die "LAT_RATES is empty"
 for v in TXN_SIZE CONNS PAYLOAD; do
@@ -114,7 +122,7 @@ start_walrelay() { # log file, extra flags (space-separated)
 	local extra=() deadline
 	read -r -a extra <<<"${LAT_WALRELAY_ARGS:-} ${2:-}"
 	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot walrelay_lat \
-		--publication walrelay --topic 'lat.{aggregate_type}' --metrics-addr 127.0.0.1:0 --pprof=false \
+		--publication walrelay --topic 'lat.{aggregate_type}' --metrics-addr 127.0.0.1:0 --pprof="$([ "$PPROF_SECONDS" -gt 0 ] && echo true || echo false)" \
 		"${extra[@]}" >"$1" 2>&1 8>&- </dev/null &
 	wpid=$!
 	echo "$wpid" >"$WPID_FILE"
@@ -141,34 +149,48 @@ stop_walrelay() { # sets WRC to walrelay's exit status
 	WRC="$rc"
 }
 
-# step LABEL RATE DURATION [FLAGS]: one walrelay start (with FLAGS), one program run, one
-# SIGTERM; sets STEP_LINE.
+# step LABEL RATE DURATION TXN_SIZE [FLAGS]: one walrelay start (with FLAGS), one program run,
+# one SIGTERM; sets STEP_LINE.
 problems=()
 STEP_LINE=""
 step() {
-	local label="$1" rate="$2" duration="$3" wlog="$WALRELAY_TEST_DIR/walrelay-$1.log" line lrc
-	start_walrelay "$wlog" "${4:-}"
-	log "$label: walrelay pid $wpid ($(grep -o '"addr":"[^"]*"' "$wlog" | head -n 1)); writing for $duration"
+	local label="$1" rate="$2" duration="$3" txn="$4" wlog="$WALRELAY_TEST_DIR/walrelay-$1.log" line lrc addr ppid=""
+	start_walrelay "$wlog" "${5:-}"
+	addr="$(grep -o '"addr":"[^"]*"' "$wlog" | head -n 1 | cut -d'"' -f4)"
+	log "$label: walrelay pid $wpid (metrics $addr); writing for $duration, $txn event(s)/txn"
+	if [ "$PPROF_SECONDS" -gt 0 ] && [ "$label" != warmup ]; then
+		(sleep "$PPROF_DELAY" && curl -sf -o "$WALRELAY_TEST_DIR/pprof-$label.pb.gz" \
+			"http://$addr/debug/pprof/profile?seconds=$PPROF_SECONDS" ||
+			echo "latency.sh: CPU profile of $label failed" >&2) 8>&- &
+		ppid=$!
+	fi
 	set +e
 	# shellcheck disable=SC2086 # LAT_PROGRAM_ARGS: extra flags, split on spaces
 	line="$("$LAT" ${LAT_PROGRAM_ARGS:-} -pg "$DSN" -brokers "$BROKERS" -label "$label" -rate "$rate" -duration "$duration" \
-		-txn-size "$TXN_SIZE" -conns "$CONNS" -payload "$PAYLOAD" -drain "$DRAIN" -pid "$wpid" \
+		-txn-size "$txn" -conns "$CONNS" -payload "$PAYLOAD" -drain "$DRAIN" -pid "$wpid" \
 		-kafka-pid "$(cat "$WALRELAY_TEST_DIR/kafka/kafka.pid" 2>/dev/null || echo 0)" -slot walrelay_lat \
 		-timeline "$WALRELAY_TEST_DIR/timeline-$label.csv" -raw "$WALRELAY_TEST_DIR/raw-$label.csv" 2>"$WALRELAY_TEST_DIR/latency-$label.err" 8>&-)"
 	lrc=$?
 	set -e
 	cat "$WALRELAY_TEST_DIR/latency-$label.err" >&2
+	[ -z "$ppid" ] || wait "$ppid" || true
+	# Kafka record batches walrelay produced in the step (the warm-up pings included): how
+	# well batching gathered records (franz-go's client metrics, walrelay_kafka_*).
+	local batches
+	batches="$(curl -sf "http://$addr/metrics" 2>/dev/null | awk '
+		/^walrelay_kafka_produce_batches_total/ { b += $NF } /^walrelay_kafka_produce_records_total/ { r += $NF }
+		END { if (b > 0) printf "kafka_batches=%d recs_per_batch=%.1f", b, r / b }')" || batches=""
 	stop_walrelay
 	[ "$lrc" -eq 0 ] || problems+=("$label: latency program exit $lrc")
 	[ "$WRC" = 0 ] || problems+=("$label: walrelay exit status after SIGTERM $WRC (log: $wlog)")
 	STEP_LINE=""
-	[ -z "$line" ] || STEP_LINE="$line exit=$WRC"
+	[ -z "$line" ] || STEP_LINE="$line $batches exit=$WRC"
 }
 
 # Warm-up, not in the table: the broker's JVM was just started.
 WARMUP_LINE=""
 if [ "$WARMUP" != 0 ]; then
-	step warmup "$WARMUP_RATE" "$WARMUP"
+	step warmup "$WARMUP_RATE" "$WARMUP" "$TXN_SIZE"
 	WARMUP_LINE="$STEP_LINE"
 fi
 
@@ -176,17 +198,25 @@ lines=() step_flags=() all_labels=()
 declare -A seen_rate
 for entry in "${RATES[@]}"; do
 	r="${entry%%:*}"
+	txn="$TXN_SIZE"
+	if [[ "$r" == *x* ]]; then
+		txn="${r#*x}"
+		r="${r%%x*}"
+	fi
 	flags=""
 	[[ "$entry" != *:* ]] || flags="${entry#*:}"
 	flags="${flags//,/ }"
-	# One topic per step: lat.<label>; a rate listed twice gets r<rate>-2, ...
-	seen_rate[$r]=$((${seen_rate[$r]:-0} + 1))
-	label="r$r"
-	[ "${seen_rate[$r]}" -eq 1 ] || label="r$r-${seen_rate[$r]}"
+	# One topic per step: lat.<label> (r<rate>, r<rate>x<txn> when not LAT_TXN_SIZE); a step
+	# listed twice gets <label>-2, ...
+	base="r$r"
+	[ "$txn" = "$TXN_SIZE" ] || base="r${r}x$txn"
+	seen_rate[$base]=$((${seen_rate[$base]:-0} + 1))
+	label="$base"
+	[ "${seen_rate[$base]}" -eq 1 ] || label="$base-${seen_rate[$base]}"
 	rate="$r"
 	[ "$r" = max ] && rate=0
 	all_labels+=("$label")
-	step "$label" "$rate" "$DURATION" "$flags"
+	step "$label" "$rate" "$DURATION" "$txn" "$flags"
 	if [ -n "$STEP_LINE" ]; then
 		lines+=("$STEP_LINE")
 		step_flags+=("${flags:-(defaults)}")
@@ -204,45 +234,50 @@ field() { # line key
 REPORT="$WALRELAY_TEST_DIR/latency-result.txt"
 {
 	echo
-	echo "walrelay live latency: $DURATION per rate, $TXN_SIZE event(s)/txn, $CONNS writer connections, payload ~$PAYLOAD B"
+	echo "walrelay live latency: $DURATION per rate, $TXN_SIZE event(s)/txn unless the txn column says otherwise, $CONNS writer connections, payload ~$PAYLOAD B"
 	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions, same machine); walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' 2>/dev/null || echo '+local changes')"
 	[ -z "${LAT_WALRELAY_ARGS:-}" ] || echo "extra walrelay flags: $LAT_WALRELAY_ARGS"
 	echo "latency = consumer receive - record timestamp (commit time, ms resolution); ms"
-	fmtrow='%-6s %8s %7s %7s | %6s %6s %6s %6s %7s | %6s %6s | %5s %5s %6s %6s | %5s %5s %5s %5s | %7s %11s | %s\n'
+	fmtrow='%-6s %3s %8s %7s %7s | %6s %6s %6s %6s %7s | %6s %6s | %5s %5s %6s %6s %6s | %5s %5s %5s %5s | %7s %11s %6s | %s\n'
+	cpus() { [ "$1" = - ] && echo - || awk -v p="$1" 'BEGIN { printf "%.1f", p * 0.6 }'; } # % of a core -> CPU-s/min
 	# shellcheck disable=SC2059
-	printf "$fmtrow" target achieved sent recv p50 p90 p99 p99.9 max "pg99" "aft99" \
-		"wr%" "wr%mx" RSS HWM "wsnd%" "wsR%" "kfk%" busy% "declag" "sockq mn/mx" "walrelay flags"
+	printf "$fmtrow" target txn achieved sent recv p50 p90 p99 p99.9 max "pg99" "aft99" \
+		"wr%" "wr%mx" "cpus/m" RSS HWM "wsnd%" "wsR%" "kfk%" busy% "declag" "sockq mn/mx" "rec/b" "walrelay flags"
 	for i in "${!lines[@]}"; do
 		line="${lines[i]}"
 		# shellcheck disable=SC2059
 		printf "$fmtrow" \
-			"$(field "$line" target_eps)" "$(field "$line" achieved_eps)" "$(field "$line" sent)" "$(field "$line" received)" \
+			"$(field "$line" target_eps)" "$(field "$line" txn_size)" "$(field "$line" achieved_eps)" "$(field "$line" sent)" "$(field "$line" received)" \
 			"$(field "$line" p50_ms)" "$(field "$line" p90_ms)" "$(field "$line" p99_ms)" "$(field "$line" p999_ms)" "$(field "$line" max_ms)" \
 			"$(field "$line" pg_p99_ms)" "$(field "$line" after_p99_ms)" \
-			"$(field "$line" cpu_avg_pct)" "$(field "$line" cpu_max_pct)" "$(field "$line" rss_max_mb)" "$(field "$line" hwm_mb)" \
+			"$(field "$line" cpu_avg_pct)" "$(field "$line" cpu_max_pct)" "$(cpus "$(field "$line" cpu_avg_pct)")" "$(field "$line" rss_max_mb)" "$(field "$line" hwm_mb)" \
 			"$(field "$line" walsender_cpu_pct)" "$(field "$line" walsender_running_pct)" "$(field "$line" kafka_cpu_pct)" \
 			"$(field "$line" sys_busy_pct)" "$(field "$line" decode_lag_max_kb)" \
-			"$(field "$line" sockq_mean_kb)/$(field "$line" sockq_max_kb)" "${step_flags[i]}"
+			"$(field "$line" sockq_mean_kb)/$(field "$line" sockq_max_kb)" "$(field "$line" recs_per_batch)" "${step_flags[i]}"
 	done
 	echo "latencies in ms: p50..max from the commit timestamp (record timestamp) to the consumer's receive;"
 	echo "pg99 / aft99: p99 of the two parts split where the walsender's sent_lsn (sampled every 10 ms) passed the event:"
 	echo "commit -> decoded and sent by Postgres, and the rest (socket, walrelay, Kafka, consumer); each +-5 ms."
-	echo "wr% / wr%mx: walrelay CPU (100 = one core), run average / highest 1 s sample; RSS / HWM: walrelay's VmRSS max and VmHWM, MB;"
+	echo "wr% / wr%mx: walrelay CPU (100 = one core), run average / highest 1 s sample; cpus/m: walrelay CPU-seconds per minute (run average); RSS / HWM: walrelay's VmRSS max and VmHWM, MB;"
 	echo "wsnd% / kfk%: CPU of the slot's walsender and of the Kafka broker; busy%: whole machine ($(nproc) cores = 100);"
 	echo "wsR%: share of 10 ms samples in which the walsender was running or waiting for a CPU (not sleeping);"
 	echo "declag: highest sampled kB of WAL between pg_current_wal_lsn() and the walsender's decoding position;"
-	echo "sockq mn/mx: mean / max kB sent by the walsender and not yet read by walrelay (kernel socket queues, 1 s samples)."
+	echo "sockq mn/mx: mean / max kB sent by the walsender and not yet read by walrelay (kernel socket queues, 1 s samples);"
+	echo "rec/b: records per Kafka record batch walrelay produced in the step (one batch per partition per produce request)."
 	for p in "${problems[@]}"; do echo "PROBLEM: $p"; done
 	for i in "${!lines[@]}"; do echo "${lines[i]} flags=${step_flags[i]// /,}"; done
 	[ -z "$WARMUP_LINE" ] || echo "warm-up, not in the table: $WARMUP_LINE"
 	echo
 	for label in warmup "${all_labels[@]}"; do cat "$WALRELAY_TEST_DIR/latency-$label.err" 2>/dev/null || true; done
+	if [ "$PPROF_SECONDS" -gt 0 ]; then
+		echo "CPU profiles ($PPROF_SECONDS s each): go tool pprof -top $BIN $WALRELAY_TEST_DIR/pprof-<label>.pb.gz"
+	fi
 } | tee "$REPORT"
 
 if [ -n "$RESULTS_DIR" ]; then
 	mkdir -p "$RESULTS_DIR"
 	cp "$REPORT" "$RESULTS_DIR/latency-$STAMP.txt"
-	for f in "$WALRELAY_TEST_DIR"/timeline-*.csv; do
+	for f in "$WALRELAY_TEST_DIR"/timeline-*.csv "$WALRELAY_TEST_DIR"/pprof-*.pb.gz; do
 		[ -f "$f" ] && cp "$f" "$RESULTS_DIR/latency-$STAMP-$(basename "$f")"
 	done
 	log "report saved to $RESULTS_DIR/latency-$STAMP.txt"

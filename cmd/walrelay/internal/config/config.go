@@ -127,7 +127,7 @@ func Defaults() Config {
 		OnPoison:               relay.OnPoisonDLQ,
 		DLQTopic:               sink.DefaultDLQTopic,
 		Compression:            "zstd",
-		Linger:                 5 * time.Millisecond,
+		Linger:                 0, // adaptive batching (sink/gate.go)
 		BatchMaxBytes:          1 << 20,
 		MaxBufferedBytes:       64 << 20,
 		KafkaClientID:          "walrelay",
@@ -179,7 +179,7 @@ func (c *Config) settings() []setting {
 		{"on-poison", "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", stringVal{&c.OnPoison}},
 		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
 		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", stringVal{&c.Compression}},
-		{"linger", "how long a partition waits to fill a batch", durVal{&c.Linger}},
+		{"linger", "how long a partition waits to fill a batch; 0 (default): adaptive, records gather only while a produce request is in flight", durVal{&c.Linger}},
 		{"batch-max-bytes", "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", sizeVal{&c.BatchMaxBytes}},
 		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", sizeVal{&c.MaxBufferedBytes}},
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
