@@ -231,9 +231,9 @@ func (t *Tracker) InFlight() int {
 	return t.inFlight
 }
 
-// Pending returns the number of transactions tracked and not yet released
-// (including an open one).
-func (t *Tracker) Pending() int {
+// pending returns the number of transactions tracked and not yet released
+// (including an open one); the tests check it drains.
+func (t *Tracker) pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.queue)

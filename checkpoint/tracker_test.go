@@ -87,8 +87,8 @@ func TestWatermarkRandomAckOrder(t *testing.T) {
 		if got := tr.Watermark(); got != ends[ntx-1] {
 			t.Fatalf("seed %d: final watermark %v, want %v", seed, got, ends[ntx-1])
 		}
-		if tr.InFlight() != 0 || tr.Pending() != 0 {
-			t.Fatalf("seed %d: in flight %d pending %d after all acks", seed, tr.InFlight(), tr.Pending())
+		if tr.InFlight() != 0 || tr.pending() != 0 {
+			t.Fatalf("seed %d: in flight %d pending %d after all acks", seed, tr.InFlight(), tr.pending())
 		}
 	}
 }
@@ -169,8 +169,8 @@ func TestAbortNeverAdvances(t *testing.T) {
 	if w := tr.Watermark(); w != 400 {
 		t.Fatalf("watermark %v, want 400", w)
 	}
-	if tr.Pending() != 0 {
-		t.Fatalf("pending %d", tr.Pending())
+	if tr.pending() != 0 {
+		t.Fatalf("pending %d", tr.pending())
 	}
 }
 

@@ -124,10 +124,6 @@ func (s *Stream) Release(b *Batch) {
 	s.free <- b
 }
 
-// ServerWALEnd returns the server WAL end last seen. Only meaningful on the
-// Run goroutine or after Run returned.
-func (s *Stream) ServerWALEnd() pglogrepl.LSN { return s.serverWALEnd }
-
 // Run starts streaming from the slot's confirmed position and returns when
 // ctx is done or the connection fails. When ctx is done it stops reading,
 // waits (up to Config.ShutdownTimeout) until the Position is settled, reports
