@@ -34,6 +34,11 @@ demo: build
 bench: build
 	bash test/bench/bench.sh
 
+# make bench-debezium: walrelay vs Debezium (catch-up and latency; knobs in the script's header).
+.PHONY: bench-debezium
+bench-debezium: build
+	bash test/bench/debezium.sh
+
 # make image: the container image walrelay/walrelay:VERSION (and :latest) with buildah, offline,
 # from deploy/Containerfile and the static binary of `make build` (see docs/deployment.md).
 .PHONY: image
