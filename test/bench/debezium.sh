@@ -266,19 +266,21 @@ delete_connector() { # NAME SLOT: delete and wait until the slot is released
 	done
 }
 
-# Kafka: records in a topic (sum of end offsets; no transactions here) and the newest record
-# timestamp over its partitions (ms).
+# Kafka: records in a topic (sum of end offsets; no transactions here; -1 when kcat could not
+# tell, e.g. a topic just auto-created without a leader yet) and the newest record timestamp
+# over its partitions (ms).
 kafka_count() {
-	local parts p qargs=()
-	mapfile -t parts < <(kcat -b "$BROKERS" -L -t "$1" 2>/dev/null | awk '$1 == "partition" {sub(",", "", $2); print $2}')
-	[ "${#parts[@]}" -gt 0 ] || { echo 0; return; }
+	local parts p qargs=() out
+	mapfile -t parts < <(kcat -b "$BROKERS" -L -t "$1" 2>/dev/null | awk '$1 == "partition" {sub(",", "", $2); print $2}' || true)
+	[ "${#parts[@]}" -gt 0 ] || { echo 0; return 0; }
 	for p in "${parts[@]}"; do qargs+=(-t "$1:$p:-1"); done
-	kcat -b "$BROKERS" -Q "${qargs[@]}" 2>/dev/null | awk '{s += $NF} END {print s + 0}'
+	out="$(kcat -b "$BROKERS" -Q "${qargs[@]}" 2>/dev/null)" || { echo -1; return 0; }
+	awk -v want="${#parts[@]}" '$NF ~ /^[0-9]+$/ {s += $NF; k++} END {print (k == want ? s : -1)}' <<<"$out"
 }
 kafka_last_ts() {
 	local p best=0 ts
-	for p in $(kcat -b "$BROKERS" -L -t "$1" 2>/dev/null | awk '$1 == "partition" {sub(",", "", $2); print $2}'); do
-		ts="$(kcat -b "$BROKERS" -C -t "$1" -p "$p" -o -1 -c 1 -e -q -f '%T\n' 2>/dev/null | tail -n 1)"
+	for p in $(kcat -b "$BROKERS" -L -t "$1" 2>/dev/null | awk '$1 == "partition" {sub(",", "", $2); print $2}' || true); do
+		ts="$(kcat -b "$BROKERS" -C -t "$1" -p "$p" -o -1 -c 1 -e -q -f '%T\n' 2>/dev/null | tail -n 1 || true)"
 		[[ "$ts" =~ ^[0-9]+$ ]] && [ "$ts" -gt "$best" ] && best="$ts"
 	done
 	echo "$best"
@@ -314,6 +316,7 @@ drain_kafka() {
 		fi
 		sleep 0.5
 	done
+	[ "$n" = "$N" ] || die "$label: Kafka holds $n records in $prefix.bench, expected $N"
 	local cpu_s
 	cpu_s="$(awk -v a="$ticks0" -v b="$(ticks "$pid")" 'BEGIN {printf "%.1f", (b - a) / 100}')"
 	[ "$tool" != wr ] || hwm="$(mb "$(status_kb "$pid" VmHWM)")"
@@ -442,7 +445,7 @@ lat_step() {
 	t0=$(now_ns)
 	set +e
 	line="$("$LAT" -pg "$DSN" -brokers "$BROKERS" -label "$label" -rate "$LAT_RATE" -duration "$LAT_DURATION" \
-		-txn-size "${LAT_TXN_SIZE:-1}" -conns 4 -payload "$LAT_PAYLOAD" -drain 90s -table public.outbox -columns debezium -commit-ts \
+		-txn-size "${LAT_TXN_SIZE:-1}" -conns 4 -payload "$LAT_PAYLOAD" -drain 180s -table public.outbox -columns debezium -commit-ts \
 		-kafka-pid "$(cat "$WALRELAY_TEST_DIR/kafka/kafka.pid" 2>/dev/null || echo 0)" "${args[@]}" \
 		2>"$WALRELAY_TEST_DIR/latency-$label.err" 8>&-)"
 	lrc=$?
