@@ -422,9 +422,9 @@ catchup() {
 }
 
 # --- latency ------------------------------------------------------------------------------
-# step LABEL KIND: one latency step (KIND: wr, dd, dt, wr+dd, wr+dt).
+# lat_step LABEL KIND REP DURATION: one latency step (KIND: wr, dd, dt, wr+dd, wr+dt).
 lat_step() {
-	local label="$1" kind="$2" rep="$3" args=() wr=0 dbz="" line lrc t0 t1 wt0="" ct0="" wmin
+	local label="$1" kind="$2" rep="$3" duration="$4" args=() wr=0 dbz="" line lrc t0 t1 wt0="" ct0="" wmin
 	[[ "$kind" != wr* ]] || wr=1
 	case "$kind" in *dd) dbz=default ;; *dt) dbz=tuned ;; esac
 	if [ "$wr" = 1 ]; then
@@ -439,12 +439,12 @@ lat_step() {
 		wait_active "l_dbz_$label" "l$label"
 		if [ "$wr" = 1 ]; then args+=(-also-topic-prefix dbz); else args+=(-topic-prefix dbz -pid "$CONNECT_PID" -slot "l_dbz_$label"); fi
 	fi
-	log "latency step $label ($kind): writing $LAT_RATE ev/s for $LAT_DURATION"
+	log "latency step $label ($kind): writing $LAT_RATE ev/s for $duration"
 	[ "$wr" = 0 ] || wt0="$(ticks "$wpid")"
 	[ -z "$dbz" ] || ct0="$(ticks "$CONNECT_PID")"
 	t0=$(now_ns)
 	set +e
-	line="$("$LAT" -pg "$DSN" -brokers "$BROKERS" -label "$label" -rate "$LAT_RATE" -duration "$LAT_DURATION" \
+	line="$("$LAT" -pg "$DSN" -brokers "$BROKERS" -label "$label" -rate "$LAT_RATE" -duration "$duration" \
 		-txn-size "${LAT_TXN_SIZE:-1}" -conns 4 -payload "$LAT_PAYLOAD" -drain 180s -table public.outbox -columns debezium -commit-ts \
 		-kafka-pid "$(cat "$WALRELAY_TEST_DIR/kafka/kafka.pid" 2>/dev/null || echo 0)" "${args[@]}" \
 		2>"$WALRELAY_TEST_DIR/latency-$label.err" 8>&-)"
@@ -478,16 +478,13 @@ latency() {
 	q "TRUNCATE public.outbox" >/dev/null
 	q "CHECKPOINT" >/dev/null
 	if [ "$LAT_WARMUP" != 0 ]; then
-		local saved="$LAT_DURATION"
-		LAT_DURATION="$LAT_WARMUP"
-		lat_step warm wr+dt 0 >/dev/null
-		LAT_DURATION="$saved"
+		lat_step warm wr+dt 0 "$LAT_WARMUP" >/dev/null
 		sed -i '/ rep=0 /d' "$LINES"
 	fi
 	for ((rep = 1; rep <= LAT_REPEATS; rep++)); do
 		for s in "${LAT_STEPS[@]}"; do
 			label="r${rep}${s//+/}"
-			lat_step "$label" "$s" "$rep"
+			lat_step "$label" "$s" "$rep" "$LAT_DURATION"
 		done
 	done
 }
@@ -496,65 +493,18 @@ connect_start
 [[ " $MODE " != *" catchup "* ]] || catchup
 [[ " $MODE " != *" latency "* ]] || latency
 
-# --- report -------------------------------------------------------------------------------
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<" $1"; }
-median() {
-	printf '%s\n' "$@" | awk '$1 ~ /^[0-9.]+$/' | sort -g |
-		awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
-}
-REPORT="$WALRELAY_TEST_DIR/report.txt"
+# --- report (test/bench/debezium-report.sh; INFO lines carry the context) -----------------
 {
-	echo
-	echo "walrelay vs Debezium: $(date -u +%Y-%m-%dT%H:%MZ)"
-	echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(uname -sr)"
-	echo "versions: Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions), Connect ${WALRELAY_CONNECT_VERSION:-4.3.1} + Debezium ${WALRELAY_DEBEZIUM_VERSION:-3.7.0.Final}, $("$(java_bin)" -version 2>&1 | head -n 1), walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' ':!docs' 2>/dev/null || echo '+local changes'), $(go version | awk '{print $3}')"
-	echo "Debezium tuned = default + $TUNED; worker offset.flush.interval.ms=$FLUSH_MS; JVM $WALRELAY_TEST_CONNECT_HEAP $WALRELAY_TEST_CONNECT_JVM_OPTS"
-	[ -z "${DBZ_WALRELAY_ARGS:-}" ] || echo "walrelay extra flags: $DBZ_WALRELAY_ARGS"
-	if grep -q '^CATCHUP' "$LINES"; then
-		echo
-		echo "catch-up: $N rows, $TXN_ROWS per transaction, $RUNS runs (order rotated per run); events/s = N / (last record's broker append - slot held); medians"
-		printf '%-8s %-9s | %10s %8s %8s %8s | %9s %7s %7s\n' payload tool "events/s" "MB/s" "drain s" "start s" "vs recv" "CPU s" "HWM MB"
-		for payload in "${PAYLOADS[@]}"; do
-			for tool in recv wr dd dt; do
-				mapfile -t ls < <(grep "^CATCHUP payload=$payload .* tool=$tool " "$LINES")
-				[ "${#ls[@]}" -gt 0 ] || continue
-				eps=() mbs=() ds=() ss=() cs=() hs=() rat=()
-				for l in "${ls[@]}"; do
-					eps+=("$(field "$l" eps)") mbs+=("$(field "$l" mb_s)") ds+=("$(field "$l" drain_s)")
-					ss+=("$(field "$l" start_s)") cs+=("$(field "$l" cpu_s)") hs+=("$(field "$l" hwm_mb)")
-					r="$(field "$l" run)"
-					re="$(field "$(grep "^CATCHUP payload=$payload .* run=$r .* tool=recv " "$LINES" | head -n 1)" eps)"
-					rat+=("$(awk -v a="$(field "$l" eps)" -v b="$re" 'BEGIN {if (b > 0) printf "%.2f", a / b}')")
-				done
-				name="$tool"
-				case "$tool" in recv) name=pg_recvlogical ;; wr) name=walrelay ;; dd) name=dbz-default ;; dt) name=dbz-tuned ;; esac
-				printf '%-8s %-14s | %10s %8s %8s %8s | %9s %7s %7s\n' "$payload" "$name" "$(median "${eps[@]}")" "$(median "${mbs[@]}")" \
-					"$(median "${ds[@]}")" "$(median "${ss[@]}")" "$(median "${rat[@]}")" "$(median "${cs[@]}")" "$(median "${hs[@]}")"
-			done
-		done
-	fi
-	if grep -q '^LATSTEP' "$LINES"; then
-		echo
-		echo "latency: $LAT_RATE events/s, ${LAT_TXN_SIZE:-1} event(s)/txn, $LAT_DURATION per step, payload ~$LAT_PAYLOAD B; commit (pg_xact_commit_timestamp) -> consumer receive, ms; medians of $LAT_REPEATS repeat(s)"
-		printf '%-7s %-12s | %7s %7s %7s %7s | %9s %7s %7s\n' step tool p50 p99 p99.9 max "CPU s/min" "RSS MB" "HWM MB"
-		for s in "${LAT_STEPS[@]}"; do
-			for tool in walrelay dbz-default dbz-tuned; do
-				mapfile -t ls < <(grep "^LATSTEP step=$s .* tool=$tool " "$LINES")
-				[ "${#ls[@]}" -gt 0 ] || continue
-				a=() b=() c=() d=() e=() f=() g=()
-				for l in "${ls[@]}"; do
-					a+=("$(field "$l" cts_p50_ms)") b+=("$(field "$l" cts_p99_ms)") c+=("$(field "$l" cts_p999_ms)") d+=("$(field "$l" cts_max_ms)")
-					e+=("$(field "$l" cpu_s_per_min)") f+=("$(field "$l" rss_mb)") g+=("$(field "$l" hwm_mb)")
-				done
-				printf '%-7s %-12s | %7s %7s %7s %7s | %9s %7s %7s\n' "$s" "$tool" "$(median "${a[@]}")" "$(median "${b[@]}")" \
-					"$(median "${c[@]}")" "$(median "${d[@]}")" "$(median "${e[@]}")" "$(median "${f[@]}")" "$(median "${g[@]}")"
-			done
-		done
-	fi
-	echo
-	cat "$LINES"
-} | tee "$REPORT"
-
+	echo "INFO date=$(date -u +%Y-%m-%dT%H:%MZ)"
+	echo "INFO machine=$(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(uname -sr)"
+	echo "INFO versions=Postgres $("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}'), Kafka ${WALRELAY_KAFKA_VERSION:-4.3.1} (1 broker, 3 partitions), Connect ${WALRELAY_CONNECT_VERSION:-4.3.1} + Debezium ${WALRELAY_DEBEZIUM_VERSION:-3.7.0.Final}, $("$(java_bin)" -version 2>&1 | head -n 1), walrelay $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . ':!test/bench' ':!docs' 2>/dev/null || echo '+local changes'), $(go version | awk '{print $3}')"
+	echo "INFO debezium=tuned = default + $TUNED; worker offset.flush.interval.ms=$FLUSH_MS; JVM $WALRELAY_TEST_CONNECT_HEAP $WALRELAY_TEST_CONNECT_JVM_OPTS"
+	[ -z "${DBZ_WALRELAY_ARGS:-}" ] || echo "INFO walrelay=extra flags: $DBZ_WALRELAY_ARGS"
+	echo "INFO catchup=$N rows, $TXN_ROWS per transaction, $RUNS runs (order rotated per run)"
+	echo "INFO latency=$LAT_RATE events/s, ${LAT_TXN_SIZE:-1} event(s)/txn, $LAT_DURATION per step, payload ~$LAT_PAYLOAD B, $LAT_REPEATS repeat(s)"
+} >>"$LINES"
+REPORT="$WALRELAY_TEST_DIR/report.txt"
+bash "$WALRELAY_ROOT/test/bench/debezium-report.sh" "$LINES" | tee "$REPORT"
 if [ -n "$RESULTS_DIR" ]; then
 	mkdir -p "$RESULTS_DIR"
 	cp "$REPORT" "$RESULTS_DIR/debezium-$STAMP.txt"
