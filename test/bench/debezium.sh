@@ -472,8 +472,10 @@ lat_step() {
 
 latency() {
 	local rep s label
-	"$WALRELAY_ENV_DIR/debezium.sh" stop 8>&-
-	connect_start
+	if [ "$CATCHUP_RAN" = 1 ]; then
+		"$WALRELAY_ENV_DIR/debezium.sh" stop 8>&-
+		connect_start
+	fi
 	drop_slots
 	q "TRUNCATE public.outbox" >/dev/null
 	q "CHECKPOINT" >/dev/null
@@ -490,7 +492,8 @@ latency() {
 }
 
 connect_start
-[[ " $MODE " != *" catchup "* ]] || catchup
+CATCHUP_RAN=0
+[[ " $MODE " != *" catchup "* ]] || { catchup && CATCHUP_RAN=1; }
 [[ " $MODE " != *" latency "* ]] || latency
 
 # --- report (test/bench/debezium-report.sh; INFO lines carry the context) -----------------
