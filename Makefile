@@ -41,6 +41,11 @@ bench: build
 bench-latency:
 	LAT_RATES="$${LAT_RATES:-1000 5000 20000 1000x10 5000x10 20000x10}" bash test/bench/latency.sh
 
+# make bench-debezium: walrelay vs Debezium (catch-up and latency; knobs in the script's header).
+.PHONY: bench-debezium
+bench-debezium: build
+	bash test/bench/debezium.sh
+
 # make image: the container image walrelay/walrelay:VERSION (and :latest) with buildah, offline,
 # from deploy/Containerfile and the static binary of `make build` (see docs/deployment.md).
 .PHONY: image

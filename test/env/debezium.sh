@@ -19,6 +19,9 @@
 #   WALRELAY_CONNECT_VERSION          org.apache.kafka:connect-runtime version (default 4.3.1)
 #   WALRELAY_CACHE                    jar cache (default $HOME/.cache/walrelay), outside the work tree
 #   WALRELAY_TEST_CONNECT_HEAP        JVM heap flags (default "-Xms128m -Xmx512m")
+#   WALRELAY_TEST_CONNECT_JVM_OPTS    JIT/GC flags (default "-XX:+UseSerialGC -XX:TieredStopAtLevel=1":
+#                                     quick start for tests; test/bench/debezium.sh gives it
+#                                     those of Kafka's own start scripts)
 #   WALRELAY_TEST_CONNECT_START_TIMEOUT  seconds to wait for the REST API (default 180)
 set -euo pipefail
 # shellcheck source=common.sh
@@ -116,9 +119,10 @@ cmd_start() {
 	log "starting Kafka Connect $CONNECT_VERSION + Debezium $DBZ_VERSION on $REST (broker 127.0.0.1:$KAFKA_PORT)"
 	(
 		read -r -a heap <<<"${WALRELAY_TEST_CONNECT_HEAP:--Xms128m -Xmx512m}"
+		read -r -a jvm <<<"${WALRELAY_TEST_CONNECT_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 		pre=()
 		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
-		exec "${pre[@]}" "$(java_bin)" "${heap[@]}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError \
+		exec "${pre[@]}" "$(java_bin)" "${heap[@]}" "${jvm[@]}" -XX:+ExitOnOutOfMemoryError \
 			-XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" -Djava.awt.headless=true \
 			-Dlog4j2.configurationFile="file:$LOG4J" -cp "$LIBS/*" \
 			org.apache.kafka.connect.cli.ConnectStandalone "$PROPS"

@@ -90,6 +90,7 @@ type options struct {
 	pid, kafkaPID                    int
 	slot, timeline, raw              string
 	logAppendTime                    bool
+	relay                            relayOptions // relays.go
 }
 
 func main() {
@@ -114,6 +115,7 @@ func main() {
 	flag.StringVar(&o.timeline, "timeline", "", "write a per-second CSV (by commit second) to this file")
 	flag.BoolVar(&o.logAppendTime, "log-append-time", false, "diagnosis: create the topic with message.timestamp.type=LogAppendTime, so latency is measured from the broker's append (Kafka and consumer only)")
 	flag.StringVar(&o.raw, "raw", "", "write every received event (seq, partition, LSN, commit timestamp, receive time) as CSV to this file")
+	o.relay.register(flag.CommandLine)
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "latency:", err)
@@ -447,6 +449,15 @@ func run(o options) error {
 	defer stopConsumer()
 	consumerDone := make(chan struct{})
 	go func() { defer close(consumerDone); c.run(cctx) }()
+	insertStmt, err := o.relay.insertStatement()
+	if err != nil {
+		return err
+	}
+	relays, stopRelays, err := startRelays(ctx, o.relay, o.label, brokers, o.fetchMaxWait)
+	if err != nil {
+		return err
+	}
+	defer stopRelays()
 
 	connect := func() (*pgx.Conn, error) {
 		conn, err := pgx.Connect(ctx, o.dsn)
@@ -467,7 +478,7 @@ func run(o options) error {
 	// Ping (seq 0) end to end, then -warmup of pings (seq -1, -2, ...) at 50/s,
 	// all of which must arrive before the clock starts.
 	pingStart := time.Now()
-	if _, err := conns[0].Exec(ctx, insertSQL, o.label, 0, 0, pad); err != nil {
+	if _, err := conns[0].Exec(ctx, insertStmt, o.label, 0, 0, pad); err != nil {
 		return fmt.Errorf("insert: %w", err)
 	}
 	select {
@@ -475,12 +486,15 @@ func run(o options) error {
 	case <-time.After(60 * time.Second):
 		return fmt.Errorf("the ping event did not arrive on %s within 60 s: is walrelay running with --topic '%s.{aggregate_type}'?", topic, o.topicPrefix)
 	}
+	if err := waitPings(relays, 1, 60*time.Second); err != nil {
+		return err
+	}
 	pingRTT := time.Since(pingStart)
 	npings := int64(1)
 	warmEnd := time.Now().Add(o.warmup)
 	for time.Now().Before(warmEnd) {
 		time.Sleep(20 * time.Millisecond)
-		if _, err := conns[0].Exec(ctx, insertSQL, o.label, -npings, -npings, pad); err != nil {
+		if _, err := conns[0].Exec(ctx, insertStmt, o.label, -npings, -npings, pad); err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
 		npings++
@@ -490,6 +504,9 @@ func run(o options) error {
 			return fmt.Errorf("only %d of %d warm-up pings arrived within 30 s", c.npings.Load(), npings)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if err := waitPings(relays, npings, 30*time.Second); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	var warmLast []int64 // latencies of pings sent in the last half of the warm-up
@@ -609,7 +626,7 @@ func run(o options) error {
 					return
 				}
 				first := n*int64(o.txnSize) + 1
-				if _, err := conn.Exec(ctx, insertSQL, o.label, first, first+int64(o.txnSize)-1, pad); err != nil {
+				if _, err := conn.Exec(ctx, insertStmt, o.label, first, first+int64(o.txnSize)-1, pad); err != nil {
 					errc <- fmt.Errorf("insert: %w", err)
 					return
 				}
@@ -639,7 +656,7 @@ func run(o options) error {
 
 	// Drain: wait for every event sent (or the drain timeout).
 	drainDeadline := time.Now().Add(o.drain)
-	for c.unique.Load() < sent && time.Now().Before(drainDeadline) {
+	for (c.unique.Load() < sent || relaysBehind(relays, sent)) && time.Now().Before(drainDeadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	allIn := time.Now()
@@ -649,6 +666,7 @@ func run(o options) error {
 	sampleNow()
 	stopConsumer()
 	<-consumerDone
+	stopRelays()
 
 	c.mu.Lock()
 	recs := c.recs
@@ -758,6 +776,9 @@ func run(o options) error {
 		pct(pgLat, 50), pct(pgLat, 99), pct(pgLat, 100), pct(afterLat, 50), pct(afterLat, 99), pct(afterLat, 100),
 		wrCPU, wrCPUMax, wsCPU, kCPU, float64(rssMax)/1024, float64(hwm)/1024, sysBusy,
 		float64(decodeLagMax)/1024, float64(confirmLagMax)/1024, sockQMean/1024, float64(sockQMax)/1024, wsRunning, ms(time.Duration(lateMax.Load())))
+	if err := reportRelays(ctx, mon, o.relay, o.label, o.topicPrefix, c, relays, ackAt, o.txnSize, sent); err != nil {
+		return err
+	}
 	if sent != unique {
 		return fmt.Errorf("%d of %d events did not arrive within %s", sent-unique, sent, o.drain)
 	}
