@@ -5,6 +5,7 @@
 #   make demo    Postgres + Kafka + walrelay end to end, printing the Kafka records
 #   make bench   walrelay vs pg_recvlogical draining the same WAL (BENCH_N, BENCH_PAYLOAD)
 #   make bench-latency  live latency, CPU and RSS at 1k, 5k, 20k events/s, 1 and 10 events/txn
+#   make bench-debezium walrelay vs Debezium 3.7 side by side (catch-up and 1k ev/s latency)
 #   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
 
