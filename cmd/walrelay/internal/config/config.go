@@ -127,7 +127,7 @@ func Defaults() Config {
 		OnPoison:               relay.OnPoisonDLQ,
 		DLQTopic:               sink.DefaultDLQTopic,
 		Compression:            "zstd",
-		Linger:                 0, // adaptive batching (sink/gate.go)
+		Linger:                 5 * time.Millisecond,
 		BatchMaxBytes:          1 << 20,
 		MaxBufferedBytes:       64 << 20,
 		KafkaClientID:          "walrelay",
@@ -179,7 +179,7 @@ func (c *Config) settings() []setting {
 		{"on-poison", "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", stringVal{&c.OnPoison}},
 		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
 		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", stringVal{&c.Compression}},
-		{"linger", "how long a partition waits to fill a batch; 0 (default): adaptive, records gather only while a produce request is in flight", durVal{&c.Linger}},
+		{"linger", "how long a partition waits to fill a batch; 0: adaptive, a record goes out at once when none is in flight and records gather while a produce request is", durVal{&c.Linger}},
 		{"batch-max-bytes", "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", sizeVal{&c.BatchMaxBytes}},
 		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", sizeVal{&c.MaxBufferedBytes}},
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
@@ -206,7 +206,7 @@ func (c *Config) settings() []setting {
 		{"checkpoint-topic", "exactly-once: compacted topic of the committed checkpoints (created if missing)", stringVal{&c.CheckpointTopic}},
 		{"checkpoint-replication-factor", "exactly-once: replication factor of a created checkpoint topic (-1: broker default)", intVal{&c.CheckpointReplicationFactor}},
 		{"txn-commit-interval", "exactly-once: how long a Kafka transaction stays open before it is committed at the next Postgres transaction end", durVal{&c.TxnCommitInterval}},
-		{"txn-max-records", "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: half of --max-in-flight)", intVal{&c.TxnMaxRecords}},
+		{"txn-max-records", "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: twice --max-in-flight)", intVal{&c.TxnMaxRecords}},
 	}
 }
 
@@ -508,7 +508,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 	if c.Delivery == DeliveryExactlyOnce {
 		maxRecords := c.TxnMaxRecords
 		if maxRecords <= 0 {
-			maxRecords = c.MaxInFlight / 2
+			maxRecords = 2 * c.MaxInFlight
 		}
 		o.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: c.transactionalID(), CheckpointTopic: c.CheckpointTopic,
 			CheckpointReplicationFactor: int16(c.CheckpointReplicationFactor), CommitInterval: c.TxnCommitInterval, MaxRecords: maxRecords}

@@ -42,8 +42,8 @@ func (c Config) validateDelivery() error {
 	if c.TxnCommitInterval <= 0 {
 		return bad("txn-commit-interval", "must be positive")
 	}
-	if c.TxnMaxRecords < 0 || c.TxnMaxRecords >= c.MaxInFlight {
-		return bad("txn-max-records", "must be 0 (half of max-in-flight) or below max-in-flight (%d), got %d", c.MaxInFlight, c.TxnMaxRecords)
+	if c.TxnMaxRecords < 0 {
+		return bad("txn-max-records", "must be 0 (twice max-in-flight) or positive, got %d", c.TxnMaxRecords)
 	}
 	return nil
 }

@@ -20,7 +20,8 @@ func TestValidateDelivery(t *testing.T) {
 		{"bad topic", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointTopic = "a b" }, "checkpoint-topic"},
 		{"bad rf", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.CheckpointReplicationFactor = 0 }, "checkpoint-replication-factor"},
 		{"bad interval", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnCommitInterval = 0 }, "txn-commit-interval"},
-		{"max records", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnMaxRecords = c.MaxInFlight }, "txn-max-records"},
+		{"max records", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnMaxRecords = -1 }, "txn-max-records"},
+		{"max records above in flight", func(c *Config) { c.Delivery = DeliveryExactlyOnce; c.TxnMaxRecords = 3 * c.MaxInFlight }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Defaults()
@@ -41,7 +42,7 @@ func TestValidateDelivery(t *testing.T) {
 }
 
 // TestRelayOptions: the runtime's options carry the settings, exactly-once
-// with the transactional id derived from the slot and a record cap of half
+// with the transactional id derived from the slot and a record cap of twice
 // the in-flight cap unless set.
 func TestRelayOptions(t *testing.T) {
 	cfg, err := loadRun([]string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--slot", "orders",
@@ -54,7 +55,7 @@ func TestRelayOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := o.ExactlyOnce
-	if x == nil || x.TransactionalID != "walrelay-orders" || x.MaxRecords != 450 || x.CommitInterval != 100*time.Millisecond ||
+	if x == nil || x.TransactionalID != "walrelay-orders" || x.MaxRecords != 1800 || x.CommitInterval != 100*time.Millisecond ||
 		o.MaxInFlight != 900 || o.Sink.MaxBufferedRecords != 900 || o.OnPoison != relay.OnPoisonStop || o.Replication.Slot != "orders" {
 		t.Fatalf("options %+v, exactly-once %+v", o, x)
 	}

@@ -106,7 +106,7 @@ func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metr
 	t.Stop()
 	x := opts.ExactlyOnce
 	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
-		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.MaxInFlight,
+		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.trackerCap(),
 		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID, m: m}
 }
 
@@ -196,7 +196,7 @@ func (t *txnProducer) begun() {
 // commit, so a Postgres transaction larger than the cap cannot be delivered.
 func (t *txnProducer) reserve() error {
 	if t.units+2 >= t.maxInFlight {
-		return fmt.Errorf("exactly-once: a Postgres transaction has more events than --max-in-flight (%d) allows in one Kafka transaction; raise --max-in-flight", t.maxInFlight)
+		return fmt.Errorf("exactly-once: a Postgres transaction has more events than one Kafka transaction can hold (%d, --max-in-flight plus twice --txn-max-records); raise --txn-max-records or --max-in-flight", t.maxInFlight)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (r *runner) adopt(conn *replication.Conn) error {
 		return nil
 	}
 	old := r.tr
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.opts.MaxInFlight}, conn.Start)
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: r.opts.trackerCap()}, conn.Start)
 	if err != nil {
 		return err
 	}

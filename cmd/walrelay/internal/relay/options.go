@@ -32,7 +32,11 @@ type Options struct {
 	// Decoder maps the outbox tables; Run sets its HeartbeatPrefix.
 	Decoder decoder.Config
 
-	MaxInFlight int    // cap on records and transactions awaiting Kafka
+	// MaxInFlight caps the records and transactions awaiting Kafka's
+	// acknowledgement (and so the records Kafka's client buffers). In
+	// exactly-once mode the tracker also holds acknowledged records until
+	// their Kafka transaction commits: its cap is trackerCap.
+	MaxInFlight int
 	OnPoison    string // OnPoisonDLQ or OnPoisonStop
 
 	HeartbeatInterval    time.Duration // 0: no heartbeats
@@ -64,6 +68,18 @@ type ExactlyOnce struct {
 	MaxRecords     int
 }
 
+// trackerCap is the checkpoint tracker's cap: MaxInFlight, and in
+// exactly-once mode room for two MaxRecords more (records and their
+// transactions that Kafka acknowledged and that wait for the commit; they
+// hold no buffer in Kafka's client, so memory stays bounded by MaxInFlight
+// and the sink's byte cap).
+func (o *Options) trackerCap() int {
+	if o.ExactlyOnce == nil {
+		return o.MaxInFlight
+	}
+	return o.MaxInFlight + 2*o.ExactlyOnce.MaxRecords
+}
+
 // OptionError is an option Run cannot use; Option names the Options field.
 type OptionError struct {
 	Option string
@@ -93,8 +109,8 @@ func (o *Options) validate() error {
 			return bad("ExactlyOnce", "needs a transactional id and a checkpoint topic")
 		case x.CommitInterval <= 0:
 			return bad("ExactlyOnce.CommitInterval", "must be positive")
-		case x.MaxRecords <= 0 || x.MaxRecords >= o.MaxInFlight:
-			return bad("ExactlyOnce.MaxRecords", "must be positive and below MaxInFlight")
+		case x.MaxRecords <= 0:
+			return bad("ExactlyOnce.MaxRecords", "must be positive")
 		}
 	}
 	return nil

@@ -78,7 +78,7 @@ func TestOptionsValidate(t *testing.T) {
 			o.ExactlyOnce = &ExactlyOnce{TransactionalID: "t", CheckpointTopic: "c", CommitInterval: time.Second, MaxRecords: 10}
 		}, ""},
 		{"eos records", func(o *Options) {
-			o.ExactlyOnce = &ExactlyOnce{TransactionalID: "t", CheckpointTopic: "c", CommitInterval: time.Second, MaxRecords: 10000}
+			o.ExactlyOnce = &ExactlyOnce{TransactionalID: "t", CheckpointTopic: "c", CommitInterval: time.Second, MaxRecords: 0}
 		}, "ExactlyOnce.MaxRecords"},
 		{"eos id", func(o *Options) {
 			o.ExactlyOnce = &ExactlyOnce{CheckpointTopic: "c", CommitInterval: time.Second, MaxRecords: 1}

@@ -108,7 +108,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return err
 	}
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: opts.MaxInFlight}, conn.Start)
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: opts.trackerCap()}, conn.Start)
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return err
