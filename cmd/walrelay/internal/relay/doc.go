@@ -1,8 +1,11 @@
-// Package relay wires walrelay's stages together: the replication stream
-// feeds the decoder, whose events are tracked by the checkpoint and produced
-// by the sink; the checkpoint's watermark flows back to the stream, which
-// reports it to Postgres. It also holds the configuration loader and the
-// operator commands (migrate, doctor, status, prune, cutover).
+// Package relay is walrelay's runtime: Run(ctx, Options) wires the stages
+// together. The replication stream feeds the decoder, whose events are
+// tracked by the checkpoint and produced by the sink; the checkpoint's
+// watermark flows back to the stream, which reports it to Postgres. Around
+// them: the session and reconnect loop, the exactly-once producer, the
+// heartbeat, the slot poll, metrics and the HTTP endpoints. It imports the
+// libraries only; the command's configuration (cmd/walrelay/internal/config)
+// maps the settings to Options.
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and
