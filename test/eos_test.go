@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // eosKill9 runs the kill -9 scenario (as TestFaultKill9) with the given
@@ -74,24 +77,47 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 	rng := testRand(t)
 	s := newScenario(t, env, "eoszombie")
 	s.readCommitted = true
-	// A long commit interval keeps the zombie's Kafka transaction open when
-	// it is paused, so that it has something to commit when it resumes.
 	args := s.runArgs("--status-interval", "100ms", "--delivery", "exactly-once", "--txn-commit-interval", "2s",
 		"--standby-retry-interval", "200ms")
 	a := faultStartReady(s, args)
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
-	stop := fw.runSteady(faultSteady(t))
+	burst, burstDone := make(chan int), make(chan *txnRec)
+	o := faultSteady(t)
+	o.burst, o.burstDone = burst, burstDone
+	stop := fw.runSteady(o)
+	time.Sleep(1500 * time.Millisecond)
 
-	time.Sleep(2500 * time.Millisecond)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP: %v", err)
-	}
+	// The zombie must be paused inside an open Kafka transaction, so that it
+	// has something to commit when it resumes. It commits as soon as the
+	// stream is idle, so it is paused right after a burst of events, and the
+	// broker must show its transactional id Ongoing; otherwise it is resumed
+	// and the next burst tried.
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {
 			_ = a.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
+	txnID := "walrelay-" + s.name
+	for try := 0; ; try++ {
+		if try == 20 {
+			t.Fatalf("the zombie was never paused inside an open Kafka transaction in 20 tries:\n%s", a.tail(20))
+		}
+		burst <- 2000
+		<-burstDone
+		time.Sleep(time.Duration(try%5) * 15 * time.Millisecond)
+		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP: %v", err)
+		}
+		if state := txnState(t, env.kafka, txnID); state == "Ongoing" {
+			t.Logf("paused inside an open Kafka transaction (try %d)", try+1)
+			break
+		}
+		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 	pid := faultSlotPID(t, env.pgDSN, s.name)
 	if pid == 0 {
 		t.Fatal("the paused walrelay holds no walsender")
@@ -191,4 +217,22 @@ func TestExactlyOnceSIGTERM(t *testing.T) {
 	if res.duplicates != 0 {
 		t.Errorf("exactly-once: duplicates=%d after SIGTERM restarts, want 0", res.duplicates)
 	}
+}
+
+// txnState is the broker's state of the transactional id ("" when unknown).
+func txnState(t *testing.T, brokers, txnID string) string {
+	t.Helper()
+	cl := newKafkaClient(t, brokers)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := kadm.NewClient(cl).DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("describe transactional id %s: %v", txnID, err)
+	}
+	tx, err := d.On(txnID, nil)
+	if err != nil || tx.Err != nil {
+		return ""
+	}
+	return tx.State
 }
