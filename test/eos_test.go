@@ -70,8 +70,9 @@ func TestExactlyOnceKill9(t *testing.T) {
 // TestExactlyOnceZombieFenced: a walrelay paused with SIGSTOP loses its
 // replication connection (pg_terminate_backend of its walsender) and a second
 // instance takes the slot, which fences the first's transactional producer.
-// Resumed with SIGCONT, the first exits with the fenced message; a
-// read_committed consumer sees every event exactly once.
+// Resumed with SIGCONT, the first exits with the fenced message (or, when
+// its client never saw its transaction start, stands by); a read_committed
+// consumer sees every event exactly once.
 func TestExactlyOnceZombieFenced(t *testing.T) {
 	env := requireEnv(t)
 	rng := testRand(t)
@@ -134,16 +135,27 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("SIGCONT: %v", err)
 	}
-	if !a.waitExit(60 * time.Second) {
-		t.Fatalf("the resumed zombie did not exit within 60s:\n%s", a.tail(30))
+	// The takeover's InitProducerId aborted the zombie's transaction and
+	// bumped the epoch. The zombie usually learns it at once (its commit or
+	// abort is refused: it exits with the fenced message). When its client
+	// had no produce response of that transaction yet, franz-go ends it
+	// without asking the broker and the zombie does not learn it: it then
+	// finds the slot in use and stands by, producing nothing. Both are safe;
+	// the verifier below requires duplicates=0 either way.
+	if a.waitExit(30 * time.Second) {
+		if a.exitCode() == 0 {
+			t.Errorf("zombie exited with code 0, want non-zero")
+		}
+		if !strings.Contains(a.log(), "fenced by another instance") {
+			t.Errorf("zombie's log has no fenced message:\n%s", a.tail(20))
+		}
+		t.Logf("zombie exited (%s): %s", a.exitStatus(), lastLine(a.tail(3)))
+	} else {
+		if n := strings.Count(a.log(), "standing by"); n == 0 {
+			t.Fatalf("the resumed zombie neither exited within 30s nor stood by:\n%s", a.tail(30))
+		}
+		t.Logf("zombie did not learn it was fenced (no produce response of its transaction yet) and stands by: %s", lastLine(a.tail(3)))
 	}
-	if a.exitCode() == 0 {
-		t.Errorf("zombie exited with code 0, want non-zero")
-	}
-	if !strings.Contains(a.log(), "fenced by another instance") {
-		t.Errorf("zombie's log has no fenced message:\n%s", a.tail(20))
-	}
-	t.Logf("zombie exited (%s): %s", a.exitStatus(), lastLine(a.tail(3)))
 
 	res := faultFinish(t, s, fw, stop, b, "eos_zombie")
 	if res.duplicates != 0 {
