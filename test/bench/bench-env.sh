@@ -1,4 +1,4 @@
-# Sourced by bench.sh and latency.sh (after ../env/common.sh): the benchmarks' own Postgres and
+# Sourced by bench.sh, latency.sh and debezium.sh (after ../env/common.sh): the benchmarks' own Postgres and
 # Kafka, apart from the test suites' (state dir, ports and service registry; knobs
 # WALRELAY_BENCH_DIR, WALRELAY_BENCH_PG_PORT, WALRELAY_BENCH_KAFKA_PORT).
 # shellcheck shell=bash
@@ -17,3 +17,40 @@ unset WALRELAY_TEST_PGDATA WALRELAY_TEST_PG_DSN WALRELAY_TEST_KAFKA
 export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
+
+# bench_prepare: take the bench's lock, install what is missing, stop what an earlier run left
+# and start from an empty state dir.
+bench_prepare() {
+	take_lock "$WALRELAY_TEST_DIR"
+	"$WALRELAY_ENV_DIR/deps.sh" 8>&-
+	stop_services "$WALRELAY_TEST_DIR"
+	safe_wipe "$WALRELAY_TEST_DIR"
+	ensure_state_dir "$WALRELAY_TEST_DIR"
+}
+
+# bench_traps NAME SERVICES: on exit, stop walrelay ($wpid, if set) and, unless
+# WALRELAY_BENCH_KEEP=1, the services (SERVICES names them in the log line); a failure says
+# where the logs are. INT and TERM exit through it.
+wpid=""
+bench_traps() {
+	BENCH_NAME="$1" BENCH_SERVICES="$2"
+	trap bench_on_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+bench_on_exit() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ -n "$wpid" ] && pid_alive "$wpid"; then
+		kill -TERM "$wpid" 2>/dev/null || true
+		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
+	fi
+	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
+		log "WALRELAY_BENCH_KEEP=1: $BENCH_SERVICES left running; make clean stops them"
+	else
+		stop_services "$WALRELAY_TEST_DIR"
+	fi
+	[ "$rc" -eq 0 ] || log "$BENCH_NAME FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
+	exit "$rc"
+}

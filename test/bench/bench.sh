@@ -79,11 +79,7 @@ topic_of() { printf 'bench.run%s\n' "$1"; }
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"
 RESULT="$WALRELAY_TEST_DIR/result.txt"
 
-take_lock "$WALRELAY_TEST_DIR"
-"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-stop_services "$WALRELAY_TEST_DIR"
-safe_wipe "$WALRELAY_TEST_DIR"
-ensure_state_dir "$WALRELAY_TEST_DIR"
+bench_prepare
 
 # Rough disk need: WAL (payload + ~250 B of tuple, index and record overhead per row) plus
 # one Kafka copy per run and one for the warm-up, plus 2 GB of slack.
@@ -91,26 +87,7 @@ need_mb=$(((N * (PAYLOAD + 250) * (RUNS + 2)) / 1000000 + 2000))
 avail_mb="$(df -Pm "$WALRELAY_TEST_DIR" | awk 'NR == 2 {print $4}')"
 [ "$avail_mb" -ge "$need_mb" ] || die "about $need_mb MB of disk needed under $WALRELAY_TEST_DIR, $avail_mb MB free"
 
-wpid=""
-on_exit() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [ -n "$wpid" ] && pid_alive "$wpid"; then
-		kill -TERM "$wpid" 2>/dev/null || true
-		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
-	fi
-	[ -z "${POLL_PID:-}" ] || kill "$POLL_PID" 2>/dev/null || true
-	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
-		log "WALRELAY_BENCH_KEEP=1: Postgres and Kafka left running; make clean stops them"
-	else
-		stop_services "$WALRELAY_TEST_DIR"
-	fi
-	[ "$rc" -eq 0 ] || log "bench FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
-	exit "$rc"
-}
-trap on_exit EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps "bench" "Postgres and Kafka"
 
 "$WALRELAY_ENV_DIR/pg.sh" start 8>&-
 "$WALRELAY_ENV_DIR/kafka.sh" start 8>&-

@@ -99,33 +99,11 @@ export WALRELAY_TEST_CONNECT_HEAP="${WALRELAY_TEST_CONNECT_HEAP:--Xms256m -Xmx2g
 export WALRELAY_TEST_CONNECT_JVM_OPTS="${WALRELAY_TEST_CONNECT_JVM_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent}"
 export WALRELAY_TEST_CONNECT_FLUSH_MS="$FLUSH_MS"
 
-take_lock "$WALRELAY_TEST_DIR"
-"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-stop_services "$WALRELAY_TEST_DIR"
-safe_wipe "$WALRELAY_TEST_DIR"
-ensure_state_dir "$WALRELAY_TEST_DIR"
+bench_prepare
 LINES="$WALRELAY_TEST_DIR/lines.txt"
 : >"$LINES"
 
-wpid=""
-on_exit() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [ -n "$wpid" ] && pid_alive "$wpid"; then
-		kill -TERM "$wpid" 2>/dev/null || true
-		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
-	fi
-	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
-		log "WALRELAY_BENCH_KEEP=1: Postgres, Kafka and Connect left running; make clean stops them"
-	else
-		stop_services "$WALRELAY_TEST_DIR"
-	fi
-	[ "$rc" -eq 0 ] || log "bench FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
-	exit "$rc"
-}
-trap on_exit EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps "bench" "Postgres, Kafka and Connect"
 
 if [ ! -x "$BIN" ]; then
 	log "building $BIN"

@@ -72,31 +72,9 @@ done
 . "$WALRELAY_ROOT/test/bench/bench-env.sh"
 STAMP="$(date +%Y%m%d-%H%M%S)"
 
-take_lock "$WALRELAY_TEST_DIR"
-"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-stop_services "$WALRELAY_TEST_DIR"
-safe_wipe "$WALRELAY_TEST_DIR"
-ensure_state_dir "$WALRELAY_TEST_DIR"
+bench_prepare
 
-wpid=""
-on_exit() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [ -n "$wpid" ] && pid_alive "$wpid"; then
-		kill -TERM "$wpid" 2>/dev/null || true
-		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
-	fi
-	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
-		log "WALRELAY_BENCH_KEEP=1: Postgres and Kafka left running; make clean stops them"
-	else
-		stop_services "$WALRELAY_TEST_DIR"
-	fi
-	[ "$rc" -eq 0 ] || log "latency bench FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
-	exit "$rc"
-}
-trap on_exit EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps "latency bench" "Postgres and Kafka"
 
 BIN="${WALRELAY_BIN:-}"
 if [ -z "$BIN" ]; then
