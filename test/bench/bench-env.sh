@@ -54,3 +54,19 @@ bench_on_exit() {
 	[ "$rc" -eq 0 ] || log "$BENCH_NAME FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
 	exit "$rc"
 }
+
+# bench_start_services: start the bench's Postgres and Kafka and set DSN and BROKERS for the
+# helpers below.
+bench_start_services() {
+	"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
+	"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
+	eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
+	eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
+	DSN="$WALRELAY_TEST_PG_DSN"
+	BROKERS="$WALRELAY_TEST_KAFKA"
+}
+
+psql_() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" "$@"; }
+q() { psql_ -Atc "$1"; }
+now_ns() { date +%s%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b - a) / 1e9}'; }

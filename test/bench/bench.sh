@@ -89,16 +89,7 @@ avail_mb="$(df -Pm "$WALRELAY_TEST_DIR" | awk 'NR == 2 {print $4}')"
 
 bench_traps "bench" "Postgres and Kafka"
 
-"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
-"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
-eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
-eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
-DSN="$WALRELAY_TEST_PG_DSN"
-BROKERS="$WALRELAY_TEST_KAFKA"
-psql_() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" "$@"; }
-q() { psql_ -Atc "$1"; }
-now_ns() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b - a) / 1e9}'; }
+bench_start_services
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # The binary is optional up to the walrelay drains: the recvlogical half is reported either way.

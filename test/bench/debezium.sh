@@ -113,16 +113,7 @@ fi
 LAT="$WALRELAY_TEST_DIR/latency"
 go build -o "$LAT" ./test/bench/latency 8>&-
 
-"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
-"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
-eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
-eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
-DSN="$WALRELAY_TEST_PG_DSN"
-BROKERS="$WALRELAY_TEST_KAFKA"
-psql_() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" "$@"; }
-q() { psql_ -Atc "$1"; }
-now_ns() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b - a) / 1e9}'; }
+bench_start_services
 
 # track_commit_timestamp needs a restart; the rest is reloadable (see bench.sh).
 psql_ -c "ALTER SYSTEM SET track_commit_timestamp = on" -c "ALTER SYSTEM SET max_wal_size = '16GB'" \

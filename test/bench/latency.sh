@@ -86,13 +86,7 @@ BIN="$(abs_path "$BIN")"
 LAT="$WALRELAY_TEST_DIR/latency"
 go build -o "$LAT" ./test/bench/latency 8>&-
 
-"$WALRELAY_ENV_DIR/pg.sh" start 8>&-
-"$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
-eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
-eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
-DSN="$WALRELAY_TEST_PG_DSN"
-BROKERS="$WALRELAY_TEST_KAFKA"
-q() { "$WALRELAY_TEST_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$DSN" -Atc "$1"; }
+bench_start_services
 
 "$BIN" migrate --postgres-dsn "$DSN" 8>&- >&2
 
