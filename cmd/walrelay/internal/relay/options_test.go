@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/migrations"
@@ -99,5 +101,23 @@ func TestOptionsValidate(t *testing.T) {
 				t.Fatalf("validate() = %v; want an *OptionError for %s", err, tc.option)
 			}
 		})
+	}
+}
+
+// TestTrackerCap: in exactly-once mode the tracker holds room for two
+// transactions' worth of records waiting for the commit beyond MaxInFlight;
+// at-least-once it is MaxInFlight.
+func TestTrackerCap(t *testing.T) {
+	o := testOptions("postgres://x@localhost/db", []string{"localhost:9092"}, "t")
+	if got := o.trackerCap(); got != o.MaxInFlight {
+		t.Fatalf("at-least-once tracker cap %d, want MaxInFlight %d", got, o.MaxInFlight)
+	}
+	o.ExactlyOnce = &ExactlyOnce{TransactionalID: "t", CheckpointTopic: "c", CommitInterval: time.Second, MaxRecords: 20000}
+	if got := o.trackerCap(); got != o.MaxInFlight+40000 {
+		t.Fatalf("exactly-once tracker cap %d, want %d", got, o.MaxInFlight+40000)
+	}
+	tp := newTxnProducer(o, &fakeTxnSink{}, context.Background(), newMetrics(prometheus.NewRegistry(), "t"), slog.New(slog.DiscardHandler))
+	if tp.maxInFlight != o.trackerCap() {
+		t.Fatalf("txn producer cap %d, want the tracker's %d", tp.maxInFlight, o.trackerCap())
 	}
 }
