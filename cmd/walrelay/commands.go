@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -23,8 +24,12 @@ import (
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 	v, _ := relay.BuildVersion()
 	rc := cfg.Replication()
+	if cfg.Procs > 0 {
+		runtime.GOMAXPROCS(cfg.Procs)
+	}
 	log.Info("walrelay starting", "version", v, "slot", rc.Slot, "publication", rc.Publication,
-		"tables", strings.Join(rc.Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","))
+		"tables", strings.Join(rc.Tables, ","), "topic", cfg.Topic, "brokers", strings.Join(cfg.KafkaBrokers, ","),
+		"procs", runtime.GOMAXPROCS(0))
 	opts, err := cfg.Relay(log)
 	if err == nil {
 		err = relay.Run(ctx, opts)

@@ -91,6 +91,10 @@ type Config struct {
 	SlotMetricsInterval  time.Duration
 	StandbyRetryInterval time.Duration
 	SlotFailover         bool
+	// Procs is GOMAXPROCS for `walrelay run`: 1 by default, 0 leaves Go's
+	// own (the GOMAXPROCS variable, else the CPUs available). The default
+	// is 0 when the GOMAXPROCS variable is set.
+	Procs int
 
 	// Delivery is at-least-once (default) or exactly-once (see eos.go and
 	// docs/exactly-once.md); the other keys apply to exactly-once only.
@@ -135,6 +139,7 @@ func Defaults() Config {
 		LogFormat:              "json",
 		SlotMetricsInterval:    5 * time.Second,
 		StandbyRetryInterval:   time.Second,
+		Procs:                  1,
 
 		Delivery:                    DeliveryAtLeastOnce,
 		CheckpointTopic:             sink.DefaultCheckpointTopic,
@@ -200,6 +205,7 @@ func (c *Config) settings() []setting {
 		{"sasl-oauth-token-file", "file holding the OAUTHBEARER token, read again on every authentication", stringVal{&c.KafkaSASL.OAuthTokenFile}},
 		{"slot-metrics-interval", "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", durVal{&c.SlotMetricsInterval}},
 		{"standby-retry-interval", "fixed wait between tries of a slot another process holds (standby)", durVal{&c.StandbyRetryInterval}},
+		{"procs", "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", intVal{&c.Procs}},
 		{"slot-failover", "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", boolVal{&c.SlotFailover}},
 		{"delivery", "at-least-once or exactly-once (Kafka transactions; consumers must read with isolation.level=read_committed)", stringVal{&c.Delivery}},
 		{"transactional-id", "exactly-once: Kafka transactional.id (default walrelay-<slot>; every instance of a slot must use the same)", stringVal{&c.TransactionalID}},
@@ -220,6 +226,9 @@ func (c *Config) settings() []setting {
 // result. -h prints usage and the flags to help and returns flag.ErrHelp.
 func Load(name, usage string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := Defaults()
+	if getenv("GOMAXPROCS") != "" {
+		cfg.Procs = 0 // Go's own variable, when set, wins over the default
+	}
 	fs := newFlagSet(name, usage)
 	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
 	// Flags are parsed into a scratch Config first, then applied last.
@@ -347,6 +356,7 @@ func (c Config) Validate() error {
 		{"log-format", c.LogFormat != "json" && c.LogFormat != "text", fmt.Sprintf("must be json or text, got %q", c.LogFormat)},
 		{"slot-metrics-interval", c.SlotMetricsInterval < 0, "must not be negative (0 disables)"},
 		{"standby-retry-interval", c.StandbyRetryInterval <= 0, "must be positive"},
+		{"procs", c.Procs < 0 || c.Procs > 1024, fmt.Sprintf("must be between 0 and 1024, got %d", c.Procs)},
 	}
 	for _, r := range rules {
 		if r.broken {

@@ -75,6 +75,7 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 		{"missing brokers", []string{"--postgres-dsn", "postgres://u@h/db"}, nil, "kafka-brokers"},
 		{"broker without port", append(base[:2:2], "--kafka-brokers", "kafka"), nil, "kafka-brokers"},
 		{"negative in-flight", append(base, "--max-in-flight", "-5"), nil, "max-in-flight"},
+		{"negative procs", append(base, "--procs", "-1"), nil, "procs"},
 		{"not a number", append(base, "--max-in-flight", "lots"), nil, "flags"},
 		{"bad env value", base, map[string]string{"WALRELAY_MAX_IN_FLIGHT": "x"}, "max-in-flight"},
 		{"unknown placeholder", append(base, "--topic", "x.{nope}"), nil, "topic"},
@@ -100,6 +101,33 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 			}
 			if tc.wantKey != "flags" && !strings.Contains(err.Error(), "--"+tc.wantKey) {
 				t.Fatalf("message does not say how to set %s: %v", tc.wantKey, err)
+			}
+		})
+	}
+}
+
+// TestProcs: walrelay runs with one P unless told otherwise; Go's own
+// GOMAXPROCS variable, when set, is left alone unless --procs says so.
+func TestProcs(t *testing.T) {
+	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{"default", nil, nil, 1},
+		{"GOMAXPROCS set", nil, map[string]string{"GOMAXPROCS": "4"}, 0},
+		{"flag over GOMAXPROCS", []string{"--procs", "2"}, map[string]string{"GOMAXPROCS": "4"}, 2},
+		{"env", nil, map[string]string{"WALRELAY_PROCS": "0"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := loadRun(append(append([]string{}, base...), tc.args...), envMap(tc.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Procs != tc.want {
+				t.Errorf("procs %d, want %d", cfg.Procs, tc.want)
 			}
 		})
 	}
