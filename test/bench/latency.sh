@@ -17,7 +17,7 @@
 # shares this machine's cores with Postgres, Kafka and walrelay; the "busy" column is the whole
 # machine's CPU use during the run. If the writer cannot keep the rate, "achieved" says so.
 #
-# Before the measured rates, a warm-up step (LAT_WARMUP, 30s; 0 skips it) at LAT_WARMUP_RATE
+# Before the measured rates, a warm-up step (LAT_WARMUP, 60s; 0 skips it) at LAT_WARMUP_RATE
 # (5000) events/s is run and reported apart, so the freshly started broker's JVM is warm: its
 # CPU for the same 1000 events/s fell from ~37% to ~9% over the first minute of load. (Each
 # run of the program also sends 2 s of uncounted pings first: without them one partition of a
@@ -52,7 +52,7 @@ TXN_SIZE="${LAT_TXN_SIZE:-1}"
 CONNS="${LAT_CONNS:-4}"
 PAYLOAD="${LAT_PAYLOAD:-200}"
 DRAIN="${LAT_DRAIN:-60s}"
-WARMUP="${LAT_WARMUP:-30s}"
+WARMUP="${LAT_WARMUP:-60s}"
 WARMUP_RATE="${LAT_WARMUP_RATE:-5000}"
 PPROF_SECONDS="${LAT_PPROF_SECONDS:-0}"
 PPROF_DELAY="${LAT_PPROF_DELAY:-4}"
