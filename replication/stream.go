@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ type Stream struct {
 	lastSent     pglogrepl.LSN
 	lastSentAt   time.Time
 	serverWALEnd pglogrepl.LSN
-	lastData     pglogrepl.LSN // WAL start of the last XLogData handed over
+	lastData     pglogrepl.LSN // WAL start of the last XLogData received (0: none yet)
 }
 
 // StreamOption sets an optional collaborator.
@@ -183,7 +184,6 @@ func (s *Stream) stream(ctx context.Context) error {
 	})
 	var deadline time.Time // nc's read deadline; zero: none yet
 	lastHeard := time.Now()
-	last := s.conn.Start // WAL start of the last XLogData, for errors
 	// next makes cur a free batch, waiting for one (backpressure); false when
 	// ctx ended meanwhile.
 	next := func() (bool, error) {
@@ -246,7 +246,7 @@ func (s *Stream) stream(ctx context.Context) error {
 		lastHeard = time.Now()
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
-			f, err := parseFrame(msg.Data, last)
+			f, err := parseFrame(msg.Data, cmp.Or(s.lastData, s.conn.Start))
 			if err != nil {
 				return fmt.Errorf("receive from postgres: %w", err)
 			}
@@ -263,7 +263,7 @@ func (s *Stream) stream(ctx context.Context) error {
 				}
 				continue
 			}
-			last = f.walStart
+			s.lastData = f.walStart
 			// A batch holds about BatchBytes. Hand the current one over before a
 			// message that would overflow it, so that buffers never grow with
 			// the transaction: the pool's memory stays Batches x BatchBytes,
@@ -276,7 +276,6 @@ func (s *Stream) stream(ctx context.Context) error {
 					return err
 				}
 			}
-			s.lastData = f.walStart
 			// Copy out of pgconn's read buffer, which the next receive reuses.
 			start := len(cur.buf)
 			cur.buf = append(cur.buf, f.data...)
