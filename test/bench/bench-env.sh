@@ -18,16 +18,6 @@ export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
 
-# bench_prepare: take the bench's lock, install what is missing, stop what an earlier run left
-# and start from an empty state dir.
-bench_prepare() {
-	take_lock "$WALRELAY_TEST_DIR"
-	"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-	stop_services "$WALRELAY_TEST_DIR"
-	safe_wipe "$WALRELAY_TEST_DIR"
-	ensure_state_dir "$WALRELAY_TEST_DIR"
-}
-
 # bench_traps NAME SERVICES: on exit, stop walrelay ($wpid, if set) and, unless
 # WALRELAY_BENCH_KEEP=1, the services (SERVICES names them in the log line); a failure says
 # where the logs are. INT and TERM exit through it.

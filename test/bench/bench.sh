@@ -79,7 +79,7 @@ topic_of() { printf 'bench.run%s\n' "$1"; }
 BIN="$(abs_path "${WALRELAY_BIN:-bin/walrelay}")"
 RESULT="$WALRELAY_TEST_DIR/result.txt"
 
-bench_prepare
+fresh_state_dir "$WALRELAY_TEST_DIR"
 
 # Rough disk need: WAL (payload + ~250 B of tuple, index and record overhead per row) plus
 # one Kafka copy per run and one for the warm-up, plus 2 GB of slack.

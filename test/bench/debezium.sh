@@ -99,7 +99,7 @@ export WALRELAY_TEST_CONNECT_HEAP="${WALRELAY_TEST_CONNECT_HEAP:--Xms256m -Xmx2g
 export WALRELAY_TEST_CONNECT_JVM_OPTS="${WALRELAY_TEST_CONNECT_JVM_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent}"
 export WALRELAY_TEST_CONNECT_FLUSH_MS="$FLUSH_MS"
 
-bench_prepare
+fresh_state_dir "$WALRELAY_TEST_DIR"
 LINES="$WALRELAY_TEST_DIR/lines.txt"
 : >"$LINES"
 

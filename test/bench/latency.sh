@@ -72,7 +72,7 @@ done
 . "$WALRELAY_ROOT/test/bench/bench-env.sh"
 STAMP="$(date +%Y%m%d-%H%M%S)"
 
-bench_prepare
+fresh_state_dir "$WALRELAY_TEST_DIR"
 
 bench_traps "latency bench" "Postgres and Kafka"
 

@@ -157,6 +157,17 @@ pick_port() {
 	echo "$1"
 }
 
+# fresh_state_dir DIR: take DIR's lock (take_lock), install what is missing, stop what an
+# earlier run left under DIR and start from an empty DIR: no slots or topics leak from an
+# earlier run.
+fresh_state_dir() {
+	take_lock "$1"
+	"$WALRELAY_ENV_DIR/deps.sh" 8>&-
+	stop_services "$1"
+	safe_wipe "$1"
+	ensure_state_dir "$1"
+}
+
 # take_lock DIR: hold DIR.lock on fd 8 for the rest of the calling script (one run per state
 # dir: several people may share this machine and its ports). Children must not inherit fd 8:
 # run them with 8>&-.

@@ -29,11 +29,7 @@ WLOG="$WALRELAY_TEST_DIR/walrelay.log"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 SLOT=walrelay
 
-take_lock "$WALRELAY_TEST_DIR"
-"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-stop_services "$WALRELAY_TEST_DIR"
-safe_wipe "$WALRELAY_TEST_DIR"
-ensure_state_dir "$WALRELAY_TEST_DIR"
+fresh_state_dir "$WALRELAY_TEST_DIR"
 
 wpid=""
 on_exit() {

@@ -50,14 +50,8 @@ on_exit() {
 	exit "$rc"
 }
 
-take_lock "$WALRELAY_TEST_DIR"
-
-"$WALRELAY_ENV_DIR/deps.sh" 8>&-
-
 # Fresh state every run: no slots or topics leak from an earlier run.
-stop_services "$WALRELAY_TEST_DIR"
-safe_wipe "$WALRELAY_TEST_DIR"
-ensure_state_dir "$WALRELAY_TEST_DIR"
+fresh_state_dir "$WALRELAY_TEST_DIR"
 # Temporary files of go and of the tests (t.TempDir, the e2e binary) stay in the state dir too.
 export TMPDIR="$WALRELAY_TEST_DIR/tmp"
 mkdir -p "$TMPDIR"
