@@ -18,6 +18,53 @@ export WALRELAY_TEST_KAFKA_HEAP="${WALRELAY_TEST_KAFKA_HEAP:--Xms1g -Xmx1g}"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 RESULTS_DIR="${BENCH_RESULTS_DIR-test/bench/results}"
 
+# bench_pad_expr PAD KIND: the SQL expression of a row's pad of PAD characters for
+# bench_load_rows: hex text cut from public.bench_pad (KIND hex), or PAD x's (KIND x).
+bench_pad_expr() {
+	local pad="$1" half=$((($1 + 1) / 2))
+	if [ "$2" = x ] || [ "$pad" -eq 0 ]; then
+		echo "repeat('x', $pad)"
+		return
+	fi
+	# Rows 7919 bytes apart in the blob: no two rows within lz4's 64 KiB window share text.
+	echo "left(encode(substring(blob FROM ((i::bigint * 7919) % ($((32768 * 16)) - $half))::int + 1 FOR $half), 'hex'), $pad)"
+}
+
+# bench_load_rows N TXN_ROWS COLUMNS VALUES PUBLICATION: N rows into public.outbox, TXN_ROWS
+# per committed transaction, in DO blocks. COLUMNS is the column list, VALUES the matching
+# SELECT list over the row number i and the bytea blob (public.bench_pad, see
+# bench_pad_expr). Sets TARGET to the last transaction's end LSN (what a consumer confirms for
+# it), read from a probe slot made just before that transaction: the commit row of a peek
+# through PUBLICATION carries txn->end_lsn.
+bench_load_rows() {
+	local n="$1" rows="$2" cols="$3" vals="$4" pub="$5" txns
+	txns=$(((n + rows - 1) / rows))
+	bench_load_sql() { # FIRST LAST: transactions FIRST..LAST (0-based)
+		cat <<EOF
+DO \$\$
+DECLARE
+  k int;
+  blob bytea := (SELECT b FROM public.bench_pad);
+BEGIN
+  FOR k IN $1..$2 LOOP
+    INSERT INTO public.outbox ($cols)
+    SELECT $vals
+    FROM generate_series(k * $rows + 1, least((k + 1) * $rows, $n)) AS i;
+    COMMIT;
+  END LOOP;
+END
+\$\$;
+EOF
+	}
+	[ "$txns" -le 1 ] || bench_load_sql 0 $((txns - 2)) | psql_
+	q "SELECT pg_create_logical_replication_slot('bench_load_probe', 'pgoutput')" >/dev/null
+	bench_load_sql $((txns - 1)) $((txns - 1)) | psql_
+	TARGET="$(q "SELECT lsn FROM pg_logical_slot_peek_binary_changes('bench_load_probe', NULL, NULL,
+  'proto_version', '1', 'publication_names', '$pub') WHERE get_byte(data, 0) = ascii('C') ORDER BY lsn DESC LIMIT 1")"
+	q "SELECT pg_drop_replication_slot('bench_load_probe')" >/dev/null
+	[ -n "$TARGET" ] || die "could not find the last transaction's end LSN"
+}
+
 # bench_traps NAME SERVICES: on exit, stop walrelay ($wpid, if set) and, unless
 # WALRELAY_BENCH_KEEP=1, the services (SERVICES names them in the log line); a failure says
 # where the logs are. INT and TERM exit through it.

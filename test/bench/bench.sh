@@ -126,46 +126,12 @@ START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE 
 TXNS=$(((N + TXN_ROWS - 1) / TXN_ROWS))
 # jsonb text of {"pad": "…", "seq": 123456} is 26 bytes plus the pad for a 6-digit seq.
 PAD=$((PAYLOAD > 26 ? PAYLOAD - 26 : 0))
-HALF=$(((PAD + 1) / 2))
-if [ "$PAD_KIND" = x ] || [ "$PAD" -eq 0 ]; then
-	PAD_EXPR="repeat('x', $PAD)"
-else
-	# Rows 7919 bytes apart in the blob: no two rows within lz4's 64 KiB window share text.
-	PAD_EXPR="left(encode(substring(blob FROM ((i::bigint * 7919) % ($((32768 * 16)) - $HALF))::int + 1 FOR $HALF), 'hex'), $PAD)"
-fi
-# load_sql FIRST LAST: one DO block committing transactions FIRST..LAST (0-based) of TXN_ROWS rows.
-load_sql() {
-	cat <<EOF
-DO \$\$
-DECLARE
-  k int;
-  blob bytea := (SELECT b FROM public.bench_pad);
-BEGIN
-  FOR k IN $1..$2 LOOP
-    INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
-    SELECT 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', $PAD_EXPR)
-    FROM generate_series(k * $TXN_ROWS + 1, least((k + 1) * $TXN_ROWS, $N)) AS i;
-    COMMIT;
-  END LOOP;
-END
-\$\$;
-EOF
-}
 log "loading $N rows in $TXNS transactions of up to $TXN_ROWS rows (pad: $PAD chars of $PAD_KIND)"
 t0=$(now_ns)
-if [ "$TXNS" -gt 1 ]; then
-	load_sql 0 $((TXNS - 2)) | psql_
-fi
-# The last transaction's end LSN (what a consumer confirms for it) is read from a probe slot
-# made just before it: the commit row of a peek carries txn->end_lsn.
-q "SELECT pg_create_logical_replication_slot('bench_probe', 'pgoutput')" >/dev/null
-load_sql $((TXNS - 1)) $((TXNS - 1)) | psql_
+bench_load_rows "$N" "$TXN_ROWS" "aggregate_type, aggregate_id, event_type, payload" \
+	"'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', $(bench_pad_expr "$PAD" "$PAD_KIND"))" walrelay
 t1=$(now_ns)
 LOAD_S="$(secs "$t0" "$t1")"
-TARGET="$(q "SELECT lsn FROM pg_logical_slot_peek_binary_changes('bench_probe', NULL, NULL,
-  'proto_version', '1', 'publication_names', 'walrelay') WHERE get_byte(data, 0) = ascii('C') ORDER BY lsn DESC LIMIT 1")"
-q "SELECT pg_drop_replication_slot('bench_probe')" >/dev/null
-[ -n "$TARGET" ] || die "could not find the last transaction's end LSN"
 ROWS="$(q "SELECT count(*) FROM public.outbox")"
 AVG_PAYLOAD="$(q "SELECT round(avg(octet_length(payload::text))) FROM (SELECT payload FROM public.outbox LIMIT 10000) AS s")"
 WAL_BYTES="$(q "SELECT pg_wal_lsn_diff('$TARGET', '$START_LSN')::bigint")"

@@ -308,36 +308,10 @@ drain_recv() { # SLOT
 }
 
 load_rows() { # PAYLOAD: DBZ_N rows behind the slots; sets TARGET, WAL_BYTES
-	local payload="$1" txns pad half pad_expr start_lsn
-	txns=$(((N + TXN_ROWS - 1) / TXN_ROWS))
-	pad=$((payload > 26 ? payload - 26 : 0))
-	half=$(((pad + 1) / 2))
-	pad_expr="left(encode(substring(blob FROM ((i::bigint * 7919) % ($((32768 * 16)) - $half))::int + 1 FOR $half), 'hex'), $pad)"
+	local payload="$1" start_lsn
 	start_lsn="$(q "SELECT pg_current_wal_lsn()")"
-	load_sql() {
-		cat <<EOF
-DO \$\$
-DECLARE
-  k int;
-  blob bytea := (SELECT b FROM public.bench_pad);
-BEGIN
-  FOR k IN $1..$2 LOOP
-    INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
-    SELECT gen_random_uuid(), 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', $pad_expr)
-    FROM generate_series(k * $TXN_ROWS + 1, least((k + 1) * $TXN_ROWS, $N)) AS i;
-    COMMIT;
-  END LOOP;
-END
-\$\$;
-EOF
-	}
-	[ "$txns" -le 1 ] || load_sql 0 $((txns - 2)) | psql_
-	q "SELECT pg_create_logical_replication_slot('dbzbench_probe', 'pgoutput')" >/dev/null
-	load_sql $((txns - 1)) $((txns - 1)) | psql_
-	TARGET="$(q "SELECT lsn FROM pg_logical_slot_peek_binary_changes('dbzbench_probe', NULL, NULL,
-  'proto_version', '1', 'publication_names', 'dbzbench') WHERE get_byte(data, 0) = ascii('C') ORDER BY lsn DESC LIMIT 1")"
-	q "SELECT pg_drop_replication_slot('dbzbench_probe')" >/dev/null
-	[ -n "$TARGET" ] || die "could not find the last transaction's end LSN"
+	bench_load_rows "$N" "$TXN_ROWS" "id, aggregatetype, aggregateid, type, payload" \
+		"gen_random_uuid(), 'bench', 'agg-' || (i % 1024), 'BenchEvent', jsonb_build_object('seq', i, 'pad', $(bench_pad_expr $((payload > 26 ? payload - 26 : 0)) hex))" dbzbench
 	WAL_BYTES="$(q "SELECT pg_wal_lsn_diff('$TARGET', '$start_lsn')::bigint")"
 	psql_ -c "ALTER TABLE public.outbox SET (autovacuum_enabled = false)" -c "VACUUM (ANALYZE) public.outbox" -c "CHECKPOINT"
 	sync -f "$WALRELAY_TEST_DIR" 2>/dev/null || sync
