@@ -5,6 +5,7 @@
 #   make demo    Postgres + Kafka + walrelay end to end, printing the Kafka records
 #   make bench   walrelay vs pg_recvlogical draining the same WAL (BENCH_N, BENCH_PAYLOAD)
 #   make bench-latency  live latency, CPU and RSS at 1k, 5k, 20k events/s, 1 and 10 events/txn
+#   make bench-floor    walrelay vs the least a relay on the same libraries does (test/bench/floor)
 #   make bench-debezium walrelay vs Debezium 3.7 side by side (catch-up and 1k ev/s latency)
 #   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
@@ -41,6 +42,13 @@ bench: build
 .PHONY: bench-latency
 bench-latency:
 	LAT_RATES="$${LAT_RATES:-1000 5000 20000 1000x10 5000x10 20000x10}" bash test/bench/latency.sh
+
+# make bench-floor: walrelay against test/bench/floor (the least any relay on walrelay's
+# libraries does per event), alternating in one run of test/bench/latency.sh: 1k and 5k events/s,
+# 1k x 10 events/txn, and 1k with --linger 0 (LAT_RATES overrides the steps).
+.PHONY: bench-floor
+bench-floor:
+	LAT_RATES="$${LAT_RATES:-1000 1000:floor 1000 1000:floor 5000 5000:floor 5000 5000:floor 1000x10 1000x10:floor 1000:--linger=0 1000:floor,--linger=0 1000:--linger=0 1000:floor,--linger=0}" bash test/bench/latency.sh
 
 # make bench-debezium: walrelay vs Debezium (catch-up and latency; knobs in the script's header).
 .PHONY: bench-debezium

@@ -26,7 +26,9 @@
 #
 # Knobs: LAT_RATES ("1000 5000 20000 max"; an entry RATExN runs that step with N events per
 # transaction instead of LAT_TXN_SIZE, e.g. "1000 1000x10"; an entry RATE[xN]:FLAG,FLAG adds
-# walrelay flags to that step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"),
+# walrelay flags to that step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"; the flag "floor" runs
+# test/bench/floor in walrelay's place, the least any relay on walrelay's libraries does per
+# event, e.g. "1000 1000:floor 1000:floor,--linger=0", see its header),
 # LAT_DURATION (20s), LAT_TXN_SIZE (1 event per transaction by default), LAT_CONNS (4 writer connections), LAT_PAYLOAD (200
 # bytes), LAT_DRAIN (60s: wait for the tail after writing stops), LAT_WARMUP, LAT_WARMUP_RATE
 # (above), LAT_WALRELAY_ARGS (extra `walrelay run` flags for every step),
@@ -85,15 +87,23 @@ fi
 BIN="$(abs_path "$BIN")"
 LAT="$WALRELAY_TEST_DIR/latency"
 go build -o "$LAT" ./test/bench/latency 8>&-
+FLOOR="$WALRELAY_TEST_DIR/floor"
+CGO_ENABLED=0 go build -o "$FLOOR" ./test/bench/floor 8>&-
 
 bench_start_services
 
 "$BIN" migrate --postgres-dsn "$DSN" 8>&- >&2
 
-start_walrelay() { # log file, extra flags (space-separated)
-	local extra=() deadline
+start_walrelay() { # log file, extra flags (space-separated; "floor": test/bench/floor instead)
+	local extra=() deadline bin="$BIN" f
 	read -r -a extra <<<"${LAT_WALRELAY_ARGS:-} ${2:-}"
-	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot walrelay_lat \
+	for f in "${!extra[@]}"; do
+		if [ "${extra[$f]}" = floor ]; then
+			bin="$FLOOR"
+			unset 'extra[f]'
+		fi
+	done
+	"$bin" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot walrelay_lat \
 		--publication walrelay --topic 'lat.{aggregate_type}' --metrics-addr 127.0.0.1:0 --pprof="$([ "$PPROF_SECONDS" -gt 0 ] && echo true || echo false)" \
 		"${extra[@]}" >"$1" 2>&1 8>&- </dev/null &
 	wpid=$!
@@ -128,7 +138,7 @@ STEP_LINE=""
 step() {
 	local label="$1" rate="$2" duration="$3" txn="$4" wlog="$WALRELAY_TEST_DIR/walrelay-$1.log" line lrc addr ppid=""
 	start_walrelay "$wlog" "${5:-}"
-	addr="$(grep -o '"addr":"[^"]*"' "$wlog" | head -n 1 | cut -d'"' -f4)"
+	addr="$(grep -o '"addr":"[^"]*"' "$wlog" | head -n 1 | cut -d'"' -f4)" || addr="" # none from floor
 	log "$label: walrelay pid $wpid (metrics $addr); writing for $duration, $txn event(s)/txn"
 	if [ "$PPROF_SECONDS" -gt 0 ] && [ "$label" != warmup ]; then
 		(sleep "$PPROF_DELAY" && curl -sf -o "$WALRELAY_TEST_DIR/pprof-$label.pb.gz" \
