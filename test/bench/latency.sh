@@ -163,6 +163,9 @@ step() {
 		/^walrelay_kafka_produce_batches_total/ { b += $NF } /^walrelay_kafka_produce_records_total/ { r += $NF }
 		END { if (b > 0) printf "kafka_batches=%d recs_per_batch=%.1f", b, r / b }')" || batches=""
 	stop_walrelay
+	# test/bench/floor prints the Postgres leg alone when it stops: into the report with the step.
+	grep -h '^floor: commit' "$wlog" 2>/dev/null | sed "s/^floor:/latency: $label: floor:/" |
+		tee -a "$WALRELAY_TEST_DIR/latency-$label.err" >&2 || true
 	[ "$lrc" -eq 0 ] || problems+=("$label: latency program exit $lrc")
 	[ "$WRC" = 0 ] || problems+=("$label: walrelay exit status after SIGTERM $WRC (log: $wlog)")
 	STEP_LINE=""

@@ -14,7 +14,9 @@
 // outbox contract checks, no dead letters, no metrics, and it parses with
 // pglogrepl.Parse. Its latency and CPU in the same bench run are what the
 // machine, Postgres, Kafka and the client libraries leave for any relay: a
-// floor under walrelay's numbers, not a product.
+// floor under walrelay's numbers, not a product. On exit it also prints the
+// Postgres leg alone to stderr: commit time to Commit message read, per
+// transaction, in microseconds (latency.sh shows that line after the step).
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -144,6 +147,8 @@ func run(ctx context.Context, o options) error {
 	}
 	rels := map[uint32]outboxColumns{}
 	var txn []*kgo.Record
+	legs := make([]time.Duration, 0, 1<<20) // commit -> Commit message received, per transaction
+	defer func() { reportLeg(legs) }()
 	for ctx.Err() == nil {
 		select {
 		case err := <-failed:
@@ -218,6 +223,9 @@ func run(ctx context.Context, o options) error {
 					Headers: []kgo.RecordHeader{{Key: "walrelay.lsn", Value: []byte(x.WALStart.String())}},
 				})
 			case *pglogrepl.CommitMessage:
+				if len(legs) < cap(legs) {
+					legs = append(legs, time.Since(m.CommitTime))
+				}
 				for _, r := range txn {
 					r.Timestamp = m.CommitTime
 					cl.Produce(context.Background(), r, promise)
@@ -243,4 +251,19 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return status()
+}
+
+// reportLeg prints the Postgres leg of every transaction received: its
+// commit time (Postgres' clock, microseconds; same machine) to the moment
+// its Commit message was read here. The bench's warm-up pings are included.
+func reportLeg(legs []time.Duration) {
+	if len(legs) == 0 {
+		return
+	}
+	slices.Sort(legs)
+	at := func(p float64) float64 {
+		return float64(legs[min(len(legs)-1, int(p*float64(len(legs))))]) / 1e6
+	}
+	fmt.Fprintf(os.Stderr, "floor: commit -> Commit message received, ms (%d transactions): p50 %.2f p90 %.2f p99 %.2f p99.9 %.2f max %.2f\n",
+		len(legs), at(0.50), at(0.90), at(0.99), at(0.999), float64(legs[len(legs)-1])/1e6)
 }
