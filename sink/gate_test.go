@@ -1,6 +1,7 @@
 package sink_test
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,5 +141,64 @@ func TestAdaptiveBatchingCloseFailsWaiting(t *testing.T) {
 		if r.err == nil {
 			t.Errorf("%s: done(nil) after Close with the broker holding its request", r.id)
 		}
+	}
+}
+
+// produceTimes records when the client wrote each produce request.
+type produceTimes struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (p *produceTimes) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.Produce) && err == nil {
+		p.mu.Lock()
+		p.at = append(p.at, time.Now())
+		p.mu.Unlock()
+	}
+}
+
+func (p *produceTimes) times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.at)
+}
+
+// TestAdaptiveBatchingPacesRounds: with a linger, adaptive batching starts two
+// rounds at least the linger apart: records sent right after a round was
+// acknowledged wait for the rest of the interval and then go out together, in
+// one request.
+func TestAdaptiveBatchingPacesRounds(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	const pace = 300 * time.Millisecond
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	var written produceTimes
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Batching: sink.BatchingAdaptive, Linger: pace},
+		sink.WithClientOpts(kgo.WithHooks(&written)))
+	ctx := testCtx(t)
+
+	first := event(0, "order", "o-1")
+	a := newAcks(6)
+	if err := s.Produce(ctx, first, a.done(first.ID)); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 1), []string{first.ID})
+	var ids []string
+	for i := 1; i < 6; i++ {
+		ev := event(i, "order", "o-1")
+		ids = append(ids, ev.ID)
+		if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allOK(t, a.wait(t, 5), ids)
+	at := written.times()
+	if len(at) != 2 {
+		t.Fatalf("%d produce requests for a record and 5 sent right after it, want 2 (the 5 gathered in one round)", len(at))
+	}
+	// The first round started just before its request was written; allow for that.
+	if gap := at[1].Sub(at[0]); gap < pace-50*time.Millisecond {
+		t.Errorf("second round written %v after the first, want at least the linger (%v)", gap, pace)
 	}
 }

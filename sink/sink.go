@@ -35,6 +35,12 @@ const (
 // is off.
 var ErrTopicMissing = errors.New("topic does not exist")
 
+// Batching modes (Config.Batching).
+const (
+	BatchingAdaptive = "adaptive"
+	BatchingFixed    = "fixed"
+)
+
 // Config configures a Sink. Zero values take the documented defaults.
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required.
@@ -45,11 +51,18 @@ type Config struct {
 	// Compression is one of none, gzip, snappy, lz4, zstd. Default zstd, at
 	// its fastest level (see codec).
 	Compression string
-	// Linger is how long a partition waits for more records before sending a
-	// batch. 0 (the default) batches adaptively instead: a record goes out at
-	// once when nothing is in flight, and records gather while a produce
-	// request is in flight (see gate.go); with a transactional id, 0 sends
-	// as soon as a request can go.
+	// Batching is BatchingAdaptive (the default) or BatchingFixed.
+	// Adaptive: records go to Kafka in rounds, at most one in flight and two
+	// starting at least Linger apart; a record that finds neither a round in
+	// flight nor one started within Linger goes out at once (see gate.go).
+	// Fixed: Kafka's linger, each partition's batch waits Linger from its
+	// first record. A transactional sink (WithTransactionalID) always
+	// batches fixed.
+	Batching string
+	// Linger is, with adaptive batching, the least time between two produce
+	// rounds; with fixed batching, how long a partition waits for more
+	// records before sending a batch. 0: no wait (adaptive: the next round
+	// goes as soon as the last one finished).
 	Linger time.Duration
 	// BatchMaxBytes caps one record batch. Default 1 MiB (Kafka's default
 	// max.message.bytes).
@@ -131,6 +144,9 @@ func (c Config) Validate() error {
 			return &SettingError{Setting: "dlq-topic", Err: err}
 		}
 	}
+	if c.Batching != "" && c.Batching != BatchingAdaptive && c.Batching != BatchingFixed {
+		return settingErr("batching", "%q is not %s or %s", c.Batching, BatchingAdaptive, BatchingFixed)
+	}
 	if c.Linger < 0 || c.Linger > time.Minute {
 		return settingErr("linger", "%v is not between 0 and 1m", c.Linger)
 	}
@@ -155,6 +171,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Compression == "" {
 		c.Compression = "zstd"
+	}
+	if c.Batching == "" {
+		c.Batching = BatchingAdaptive
 	}
 	if c.BatchMaxBytes == 0 {
 		c.BatchMaxBytes = 1 << 20
@@ -287,7 +306,8 @@ type Sink struct {
 	mu     sync.Mutex
 	topics map[string]topicMeta // topics known to exist
 
-	gate *gate // adaptive batching; nil with a linger or a transactional id
+	gate          *gate // adaptive batching; nil when fixed or transactional
+	transactional bool  // WithTransactionalID
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -313,6 +333,13 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	// Adaptive batching paces the rounds itself (the gate); the client sends
+	// what the gate hands it at once.
+	adaptive := cfg.Batching == BatchingAdaptive && !s.transactional
+	linger := cfg.Linger
+	if adaptive {
+		linger = 0
+	}
 	comp, _ := codec(cfg.Compression)
 	inner, err := kgo.DefaultCompressor(comp)
 	if err != nil {
@@ -323,7 +350,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithCompressor(smallBatchesRaw{inner}),
-		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerLinger(linger),
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.RecordPartitioner(newPartitioner()),
@@ -349,10 +376,14 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
+	if cl.OptValue(kgo.TransactionalID) != "" && !s.transactional {
+		cl.Close()
+		return nil, errors.New("kafka client: a transactional id must be set with sink.WithTransactionalID")
+	}
 	s.client = cl
 	s.admin = kadm.NewClient(cl)
-	if cfg.Linger == 0 && cl.OptValue(kgo.TransactionalID) == "" {
-		s.gate = newGate(func() *kgo.Client { return s.client }, cfg.MaxBufferedRecords, cfg.MaxBufferedBytes)
+	if adaptive {
+		s.gate = newGate(func() *kgo.Client { return s.client }, cfg.MaxBufferedRecords, cfg.MaxBufferedBytes, cfg.Linger)
 	}
 	return s, nil
 }

@@ -54,7 +54,10 @@ func IsTxnAbortable(err error) bool {
 // WithTransactionalID makes the sink's client transactional: every Send
 // must then happen between BeginTxn and EndTxn.
 func WithTransactionalID(id string) Option {
-	return WithClientOpts(kgo.TransactionalID(id), kgo.TransactionTimeout(time.Minute))
+	return func(s *Sink) {
+		s.transactional = true
+		WithClientOpts(kgo.TransactionalID(id), kgo.TransactionTimeout(time.Minute))(s)
+	}
 }
 
 // InitProducer loads the producer id and epoch of the transactional id. With

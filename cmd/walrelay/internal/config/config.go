@@ -69,6 +69,7 @@ type Config struct {
 	DLQTopic string
 
 	Compression      string
+	Batching         string
 	Linger           time.Duration
 	BatchMaxBytes    int
 	MaxBufferedBytes int
@@ -131,6 +132,7 @@ func Defaults() Config {
 		OnPoison:               relay.OnPoisonDLQ,
 		DLQTopic:               sink.DefaultDLQTopic,
 		Compression:            "zstd",
+		Batching:               sink.BatchingAdaptive,
 		Linger:                 5 * time.Millisecond,
 		BatchMaxBytes:          1 << 20,
 		MaxBufferedBytes:       64 << 20,
@@ -184,7 +186,8 @@ func (c *Config) settings() []setting {
 		{"on-poison", "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", stringVal{&c.OnPoison}},
 		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
 		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", stringVal{&c.Compression}},
-		{"linger", "how long a partition waits to fill a batch; 0: adaptive, a record goes out at once when none is in flight and records gather while a produce request is", durVal{&c.Linger}},
+		{"batching", "adaptive: produce rounds at least --linger apart, one in flight, a record going out at once when neither is under way; fixed: Kafka's linger, every batch waits --linger (exactly-once always batches fixed)", stringVal{&c.Batching}},
+		{"linger", "adaptive batching: least time between two produce rounds; fixed: how long a partition waits to fill a batch; 0: no wait", durVal{&c.Linger}},
 		{"batch-max-bytes", "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", sizeVal{&c.BatchMaxBytes}},
 		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", sizeVal{&c.MaxBufferedBytes}},
 		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
@@ -461,7 +464,7 @@ func (c Config) validateSink() error {
 // kafka-<setting>.
 var sinkKeys = map[string]string{
 	"compression": "compression", "topic": "topic", "table-topics": "tables", "dlq-topic": "dlq-topic",
-	"linger": "linger", "batch-max-bytes": "batch-max-bytes", "max-buffered": "max-buffered-bytes",
+	"batching": "batching", "linger": "linger", "batch-max-bytes": "batch-max-bytes", "max-buffered": "max-buffered-bytes",
 	"topic-partitions": "topic-partitions", "topic-lookup": "kafka-timeout",
 }
 
@@ -566,6 +569,7 @@ func (c Config) Sink() sink.Config {
 		Brokers:                c.KafkaBrokers,
 		Topic:                  c.Topic,
 		Compression:            c.Compression,
+		Batching:               c.Batching,
 		Linger:                 c.Linger,
 		BatchMaxBytes:          int32(c.BatchMaxBytes),
 		MaxBufferedBytes:       c.MaxBufferedBytes,

@@ -80,6 +80,7 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 		{"bad env value", base, map[string]string{"WALRELAY_MAX_IN_FLIGHT": "x"}, "max-in-flight"},
 		{"unknown placeholder", append(base, "--topic", "x.{nope}"), nil, "topic"},
 		{"bad compression", append(base, "--compression", "brotli"), nil, "compression"},
+		{"bad batching", append(base, "--batching", "eager"), nil, "batching"},
 		{"bad table", append(base, "--table", "a.b.c"), nil, "table"},
 		{"bad slot", append(base, "--slot", "My-Slot"), nil, "slot"},
 		{"bad dsn", []string{"--postgres-dsn", "postgres://u@h:notaport/db", "--kafka-brokers", "k:9092"}, nil, "postgres-dsn"},
@@ -128,6 +129,33 @@ func TestProcs(t *testing.T) {
 			}
 			if cfg.Procs != tc.want {
 				t.Errorf("procs %d, want %d", cfg.Procs, tc.want)
+			}
+		})
+	}
+}
+
+// TestBatching: adaptive by default, fixed by flag or env, and the sink gets it
+// with the linger.
+func TestBatching(t *testing.T) {
+	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		want   string
+		linger time.Duration
+	}{
+		{"default", nil, nil, "adaptive", 5 * time.Millisecond},
+		{"flag", []string{"--batching", "fixed", "--linger", "20ms"}, nil, "fixed", 20 * time.Millisecond},
+		{"env", nil, map[string]string{"WALRELAY_BATCHING": "fixed"}, "fixed", 5 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := loadRun(append(append([]string{}, base...), tc.args...), envMap(tc.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc := cfg.Sink(); sc.Batching != tc.want || sc.Linger != tc.linger {
+				t.Errorf("sink batching %q linger %v, want %q %v", sc.Batching, sc.Linger, tc.want, tc.linger)
 			}
 		})
 	}
