@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,20 @@ func envMap(m map[string]string) func(string) string {
 // loadRun loads the configuration of `walrelay run`.
 func loadRun(args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	return Load("walrelay run", "Usage: walrelay run [flags]\n", args, getenv, help)
+}
+
+// minimalArgs are the flags every `walrelay run` needs.
+var minimalArgs = []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+
+// mustLoad loads minimalArgs followed by args, with env as the environment,
+// failing the test on an error.
+func mustLoad(t *testing.T, args []string, env map[string]string) Config {
+	t.Helper()
+	cfg, err := loadRun(append(slices.Clone(minimalArgs), args...), envMap(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func TestLoadPrecedence(t *testing.T) {
@@ -110,7 +125,6 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 // TestProcs: walrelay runs with one P unless told otherwise; Go's own
 // GOMAXPROCS variable, when set, is left alone unless --procs says so.
 func TestProcs(t *testing.T) {
-	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -123,11 +137,7 @@ func TestProcs(t *testing.T) {
 		{"env", nil, map[string]string{"WALRELAY_PROCS": "0"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := loadRun(append(append([]string{}, base...), tc.args...), envMap(tc.env), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.Procs != tc.want {
+			if cfg := mustLoad(t, tc.args, tc.env); cfg.Procs != tc.want {
 				t.Errorf("procs %d, want %d", cfg.Procs, tc.want)
 			}
 		})
@@ -137,7 +147,6 @@ func TestProcs(t *testing.T) {
 // TestBatching: adaptive by default, fixed by flag or env, and the sink gets it
 // with the linger.
 func TestBatching(t *testing.T) {
-	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -150,11 +159,7 @@ func TestBatching(t *testing.T) {
 		{"env", nil, map[string]string{"WALRELAY_BATCHING": "fixed"}, "fixed", 5 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := loadRun(append(append([]string{}, base...), tc.args...), envMap(tc.env), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sc := cfg.Sink(); sc.Batching != tc.want || sc.Linger != tc.linger {
+			if sc := mustLoad(t, tc.args, tc.env).Sink(); sc.Batching != tc.want || sc.Linger != tc.linger {
 				t.Errorf("sink batching %q linger %v, want %q %v", sc.Batching, sc.Linger, tc.want, tc.linger)
 			}
 		})

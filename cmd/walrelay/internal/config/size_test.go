@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,7 +67,6 @@ func TestFormatSize(t *testing.T) {
 // TestSizeSettingsEverySource: the size settings take units from flags, env
 // and YAML alike, and the defaults print as docs/configuration.md shows them.
 func TestSizeSettingsEverySource(t *testing.T) {
-	base := []string{"--postgres-dsn", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	dir := t.TempDir()
 	yml := filepath.Join(dir, "walrelay.yaml")
 	if err := os.WriteFile(yml, []byte("max_buffered_bytes: 64MiB\nbatch_max_bytes: 512KiB\n"), 0o600); err != nil {
@@ -86,16 +86,12 @@ func TestSizeSettingsEverySource(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := loadRun(append(append([]string{}, base...), c.args...), envMap(c.env), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.BatchMaxBytes != c.batch || cfg.MaxBufferedBytes != c.buffer {
+			if cfg := mustLoad(t, c.args, c.env); cfg.BatchMaxBytes != c.batch || cfg.MaxBufferedBytes != c.buffer {
 				t.Fatalf("batch %d buffer %d, want %d %d", cfg.BatchMaxBytes, cfg.MaxBufferedBytes, c.batch, c.buffer)
 			}
 		})
 	}
-	if _, err := loadRun(append(append([]string{}, base...), "--max-buffered-bytes", "lots"), envMap(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "max-buffered-bytes") {
+	if _, err := loadRun(append(slices.Clone(minimalArgs), "--max-buffered-bytes", "lots"), envMap(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "max-buffered-bytes") {
 		t.Fatalf("bad size: got %v, want an error naming max-buffered-bytes", err)
 	}
 	var usage strings.Builder
