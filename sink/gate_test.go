@@ -202,3 +202,39 @@ func TestAdaptiveBatchingPacesRounds(t *testing.T) {
 		t.Errorf("second round written %v after the first, want at least the linger (%v)", gap, pace)
 	}
 }
+
+// TestAdaptiveBatchingCloseFailsPaced: a record waiting only for the pace (nothing
+// in flight) fails when the sink closes, and the timer hands nothing to the
+// closed client afterwards.
+func TestAdaptiveBatchingCloseFailsPaced(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	var written produceTimes
+	s, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), Batching: sink.BatchingAdaptive, Linger: time.Minute}, discard,
+		sink.WithClientOpts(kgo.WithHooks(&written)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	first, second := event(0, "order", "o-1"), event(1, "order", "o-1")
+	a := newAcks(2)
+	if err := s.Produce(ctx, first, a.done(first.ID)); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 1), []string{first.ID})
+	if err := s.Produce(ctx, second, a.done(second.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Buffered(); got != 1 {
+		t.Fatalf("Buffered() = %d with one record waiting for the pace, want 1", got)
+	}
+	s.Close()
+	r := a.wait(t, 1)[0]
+	if r.id != second.ID || r.err == nil {
+		t.Fatalf("done(%v) for %s after Close, want an error for %s", r.err, r.id, second.ID)
+	}
+	if n := len(written.times()); n != 1 {
+		t.Errorf("%d produce requests written, want 1 (the waiting record must not be sent)", n)
+	}
+}
