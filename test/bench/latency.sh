@@ -28,7 +28,8 @@
 # transaction instead of LAT_TXN_SIZE, e.g. "1000 1000x10"; an entry RATE[xN]:FLAG,FLAG adds
 # walrelay flags to that step only, e.g. "1000 1000:--linger=0 1000:--status-interval=100ms"; the flag "floor" runs
 # test/bench/floor in walrelay's place, the least any relay on walrelay's libraries does per
-# event, e.g. "1000 1000:floor 1000:floor,--linger=0", see its header),
+# event, e.g. "1000 1000:floor 1000:floor,--linger=0", see its header; it needs the publication
+# walrelay creates, so a floor step must not come first with LAT_WARMUP=0),
 # LAT_DURATION (20s), LAT_TXN_SIZE (1 event per transaction by default), LAT_CONNS (4 writer connections), LAT_PAYLOAD (200
 # bytes), LAT_DRAIN (60s: wait for the tail after writing stops), LAT_WARMUP, LAT_WARMUP_RATE
 # (above), LAT_WALRELAY_ARGS (extra `walrelay run` flags for every step),

@@ -20,6 +20,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -58,7 +59,7 @@ func main() {
 	fs.StringVar(&o.dsn, "postgres-dsn", "", "Postgres DSN")
 	fs.StringVar(&o.brokers, "kafka-brokers", "", "Kafka seed brokers, comma-separated")
 	fs.StringVar(&o.slot, "slot", "", "replication slot (created with pgoutput when missing)")
-	fs.StringVar(&o.publication, "publication", "", "publication (must exist)")
+	fs.StringVar(&o.publication, "publication", "", "publication (must exist: walrelay's first start creates it, e.g. latency.sh's warm-up)")
 	fs.StringVar(&o.topic, "topic", "", "topic; {aggregate_type} is replaced by the row's aggregate_type")
 	fs.DurationVar(&o.linger, "linger", 5*time.Millisecond, "franz-go's producer linger (walrelay's default: 5ms)")
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS (0: Go's default), as walrelay's --procs")
@@ -89,6 +90,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// maxLegs caps the Postgres-leg samples kept (8 MiB), grown as they come so
+// that they do not count in the RSS the bench reports for short runs.
+const maxLegs = 1 << 20
 
 // outboxColumns are the positions of the columns a record needs in one
 // relation's tuples (-1: absent).
@@ -147,7 +152,7 @@ func run(ctx context.Context, o options) error {
 	}
 	rels := map[uint32]outboxColumns{}
 	var txn []*kgo.Record
-	legs := make([]time.Duration, 0, 1<<20) // commit -> Commit message received, per transaction
+	var legs []time.Duration // commit -> Commit message received, per transaction (at most maxLegs)
 	defer func() { reportLeg(legs) }()
 	for ctx.Err() == nil {
 		select {
@@ -173,6 +178,9 @@ func run(ctx context.Context, o options) error {
 		}
 		cd, ok := raw.(*pgproto3.CopyData)
 		if !ok {
+			if er, isErr := raw.(*pgproto3.ErrorResponse); isErr {
+				return fmt.Errorf("receive: %w", pgconn.ErrorResponseToPgError(er))
+			}
 			return fmt.Errorf("receive: unexpected %T", raw)
 		}
 		switch cd.Data[0] {
@@ -218,12 +226,12 @@ func run(ctx context.Context, o options) error {
 				// Copies: pgconn reuses the receive buffer.
 				txn = append(txn, &kgo.Record{
 					Topic:   strings.ReplaceAll(o.topic, "{aggregate_type}", string(cols[c.aggType].Data)),
-					Key:     []byte(string(cols[c.aggID].Data)),
-					Value:   []byte(string(cols[c.payload].Data)),
+					Key:     bytes.Clone(cols[c.aggID].Data),
+					Value:   bytes.Clone(cols[c.payload].Data),
 					Headers: []kgo.RecordHeader{{Key: "walrelay.lsn", Value: []byte(x.WALStart.String())}},
 				})
 			case *pglogrepl.CommitMessage:
-				if len(legs) < cap(legs) {
+				if len(legs) < maxLegs {
 					legs = append(legs, time.Since(m.CommitTime))
 				}
 				for _, r := range txn {
