@@ -166,8 +166,10 @@ func (p *produceTimes) times() []time.Time {
 
 // TestAdaptiveBatchingPacesRounds: with a linger, adaptive batching starts two
 // rounds at least the linger apart: records sent right after a round was
-// acknowledged wait for the rest of the interval and then go out together, in
-// one request.
+// acknowledged wait for the rest of the interval before any of them is written.
+// (The round then reaches franz-go as a burst of Produce calls; with no linger
+// of its own franz-go may split a burst over several requests, so the number
+// of requests is not the gate's to promise.)
 func TestAdaptiveBatchingPacesRounds(t *testing.T) {
 	t.Parallel()
 	const topic = "outbox.event.order"
@@ -194,12 +196,14 @@ func TestAdaptiveBatchingPacesRounds(t *testing.T) {
 	}
 	allOK(t, a.wait(t, 5), ids)
 	at := written.times()
-	if len(at) != 2 {
-		t.Fatalf("%d produce requests for a record and 5 sent right after it, want 2 (the 5 gathered in one round)", len(at))
+	if len(at) < 2 {
+		t.Fatalf("%d produce requests for a record and 5 acknowledged after it, want at least 2", len(at))
 	}
 	// The first round started just before its request was written; allow for that.
-	if gap := at[1].Sub(at[0]); gap < pace-50*time.Millisecond {
-		t.Errorf("second round written %v after the first, want at least the linger (%v)", gap, pace)
+	for i, w := range at[1:] {
+		if gap := w.Sub(at[0]); gap < pace-50*time.Millisecond {
+			t.Errorf("request %d written %v after the first round's, want at least the linger (%v)", i+2, gap, pace)
+		}
 	}
 }
 
