@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -39,4 +40,59 @@ func (c *Conn) identify(ctx context.Context) error {
 	}
 	c.System = Identity{SystemID: res.SystemID, Timeline: res.Timeline}
 	return nil
+}
+
+// TimelineSwitch is one entry of a timeline's history: Timeline ended at
+// Switch, where its successor in the history began. WAL below Switch is the
+// same in Timeline and in every timeline descended from it at Switch.
+type TimelineSwitch struct {
+	Timeline int32
+	Switch   pglogrepl.LSN
+}
+
+// History returns the ancestors of the connection's timeline, oldest first
+// (TIMELINE_HISTORY); none on timeline 1. Call it before streaming.
+func (c *Conn) History(ctx context.Context) ([]TimelineSwitch, error) {
+	if c.System.Timeline <= 1 {
+		return nil, nil
+	}
+	res, err := pglogrepl.TimelineHistory(ctx, c.conn, c.System.Timeline)
+	if err != nil {
+		return nil, fmt.Errorf("timeline history of timeline %d: %w", c.System.Timeline, err)
+	}
+	h, err := ParseHistory(res.Content)
+	if err != nil {
+		return nil, fmt.Errorf("timeline history file %s: %w", res.FileName, err)
+	}
+	return h, nil
+}
+
+// ParseHistory parses a timeline history file: one line per ancestor,
+// "<timeline>\t<switch LSN>\t<reason>", blank lines and '#' comments
+// ignored. The timelines must rise and so must their switch points.
+func ParseHistory(content []byte) ([]TimelineSwitch, error) {
+	var h []TimelineSwitch
+	for i, line := range strings.Split(string(content), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return nil, fmt.Errorf("line %d: %q: want a timeline and a switch position", i+1, line)
+		}
+		tli, err := strconv.ParseInt(f[0], 10, 32)
+		if err != nil || tli <= 0 {
+			return nil, fmt.Errorf("line %d: bad timeline %q", i+1, f[0])
+		}
+		lsn, err := pglogrepl.ParseLSN(f[1])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: bad switch position %q", i+1, f[1])
+		}
+		if n := len(h); n > 0 && (int32(tli) <= h[n-1].Timeline || lsn < h[n-1].Switch) {
+			return nil, fmt.Errorf("line %d: timeline %d at %s does not follow timeline %d at %s", i+1, tli, lsn, h[n-1].Timeline, h[n-1].Switch)
+		}
+		h = append(h, TimelineSwitch{Timeline: int32(tli), Switch: lsn})
+	}
+	return h, nil
 }

@@ -21,7 +21,7 @@ func sendCheckpoint(t *testing.T, ctx context.Context, s *sink.Sink, topic, key 
 		t.Fatalf("begin: %v", err)
 	}
 	errc := make(chan error, 1)
-	s.Send(ctx, sink.CheckpointRecord(topic, key, lsn), func(err error) { errc <- err })
+	s.Send(ctx, sink.CheckpointRecord(topic, key, sink.Checkpoint{LSN: lsn, Timeline: 1}), func(err error) { errc <- err })
 	if err := s.Flush(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			t.Fatalf("checkpoint %v: %v", step, err)
 		}
 	}
-	lsn, ok, err := s.ReadCheckpoint(ctx, topic, "1/s")
+	lsn, ok, err := readCheckpoint(ctx, s, topic, "1/s")
 	if err != nil || !ok || lsn != 0x200 {
 		t.Fatalf("ReadCheckpoint = %s, %v, %v; want 0/200 (0/300 was aborted)", lsn, ok, err)
 	}
@@ -75,7 +75,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err == nil || !sink.IsFenced(err) {
 		t.Fatalf("zombie commit: %v, want a fenced error", err)
 	}
-	if lsn, _, _ := s2.ReadCheckpoint(ctx, topic, "1/s"); lsn != 0x200 {
+	if lsn, _, _ := readCheckpoint(ctx, s2, topic, "1/s"); lsn != 0x200 {
 		t.Fatalf("after the fenced commit: checkpoint %s, want 0/200", lsn)
 	}
 
@@ -92,7 +92,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := sendCheckpoint(t, ctx, s2, topic, "1/s", 0x600, true); !sink.IsFenced(err) {
 		t.Fatalf("s2 after s's reset: %v, want fenced", err)
 	}
-	if lsn, _, _ := s.ReadCheckpoint(ctx, topic, "1/s"); lsn != 0x500 {
+	if lsn, _, _ := readCheckpoint(ctx, s, topic, "1/s"); lsn != 0x500 {
 		t.Fatalf("after reset: checkpoint %s, want 0/500", lsn)
 	}
 }

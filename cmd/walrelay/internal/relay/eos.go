@@ -55,15 +55,22 @@ type eosSink interface {
 	BeginTxn() error
 	EndTxn(ctx context.Context, commit bool) error
 	EnsureCheckpointTopic(ctx context.Context, topic string, rf int16) error
-	ReadCheckpoint(ctx context.Context, topic, key string) (pglogrepl.LSN, bool, error)
+	ReadCheckpoint(ctx context.Context, topic, key string) (sink.Checkpoint, bool, error)
 }
 
 // txnBatch is one Kafka transaction: the done callbacks of its acknowledged
 // records run only once it committed, so the tracker's watermark moves only
-// then.
+// then. A transaction in which a record failed is never committed.
 type txnBatch struct {
 	mu      sync.Mutex
 	pending []func(error)
+	failed  error // the first record failure
+}
+
+func (b *txnBatch) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed
 }
 
 // txnProducer is the pipeline's producer in exactly-once mode. Send, commit
@@ -82,11 +89,14 @@ type txnProducer struct {
 	produceCtx  context.Context
 	timeout     time.Duration // bounds ending a transaction
 
-	txnID      string        // transactional.id, for messages
-	slotStart  pglogrepl.LSN // the slot's position at session start
-	key        string        // checkpoint key of the current WAL history
-	checkpoint pglogrepl.LSN // last committed checkpoint read at session start
-	created    bool          // checkpoint topic ensured
+	txnID      string                       // transactional.id, for messages
+	slotStart  pglogrepl.LSN                // the slot's position at session start
+	key        string                       // checkpoint key of the cluster and slot
+	timeline   int32                        // the session's timeline, stored with each checkpoint
+	history    []replication.TimelineSwitch // the timeline's ancestors
+	checkpoint pglogrepl.LSN                // what the last committed checkpoint covers of this history
+	created    bool                         // checkpoint topic ensured
+	needReset  bool                         // franz-go's client may still be in a transaction: replace it
 
 	batch   *txnBatch // open Kafka transaction, nil if none
 	records int       // records in batch
@@ -99,6 +109,14 @@ type txnProducer struct {
 	fenced  *FencedError  // the last session ended fenced (see fencedRetry)
 	skipped int           // events skipped this session (covered by the checkpoint)
 	overdue bool          // the interval passed inside a Postgres transaction
+
+	// A Postgres transaction too large to share a Kafka transaction with
+	// the ones before it (see reserve) gets one of its own: the session
+	// restarts, and the open Kafka transaction is committed when its Begin
+	// is read again.
+	curCommit    pglogrepl.LSN // commit LSN of the Postgres transaction being read
+	earlier      int           // units of earlier Postgres transactions in the open Kafka transaction at its Begin
+	commitBefore pglogrepl.LSN // commit LSN of the transaction that needs a Kafka transaction of its own
 }
 
 func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metrics, log *slog.Logger) *txnProducer {
@@ -114,13 +132,14 @@ func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metr
 // an aborted transaction acknowledged is read again from the slot. It does not
 // touch Kafka: a session that finds the slot held by another instance
 // (standby) must not fence that instance's producer.
-func (t *txnProducer) startSession(conn *replication.Conn) (*checkpoint.Tracker, error) {
-	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: t.maxInFlight}, conn.Start)
+func (t *txnProducer) startSession(system replication.Identity, start pglogrepl.LSN, history []replication.TimelineSwitch) (*checkpoint.Tracker, error) {
+	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: t.maxInFlight}, start)
 	if err != nil {
 		return nil, err
 	}
-	t.key = sink.CheckpointKey(conn.System.SystemID, t.slot)
-	t.slotStart = conn.Start
+	t.key = sink.CheckpointKey(system.SystemID, t.slot)
+	t.timeline, t.history = system.Timeline, history
+	t.slotStart = start
 	t.skipped = 0
 	return tr, nil
 }
@@ -161,18 +180,56 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 		}
 		t.created = true
 	}
-	lsn, ok, err := t.sink.ReadCheckpoint(kctx, t.topic, t.key)
+	cp, ok, err := t.sink.ReadCheckpoint(kctx, t.topic, t.key)
+	var fe *sink.CheckpointFormatError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("exactly-once: %w (walrelay cannot tell what was delivered; delete that record only if you know)", err)
+	}
 	if err != nil {
 		return &eosRestartError{err}
 	}
 	t.checkpoint = 0
+	why := "no checkpoint"
 	if ok {
-		t.checkpoint = lsn
+		t.checkpoint, why = covered(cp, t.timeline, t.history)
 	}
 	t.fenced = nil // this process holds the slot and a current epoch
-	t.log.Info("exactly-once: last committed checkpoint", "slot", t.slot, "topic", t.topic, "key", t.key,
-		"lsn", t.checkpoint.String(), "found", ok, "slot_lsn", t.slotStart.String())
+	args := []any{"slot", t.slot, "topic", t.topic, "key", t.key, "lsn", t.checkpoint.String(), "found", ok,
+		"timeline", t.timeline, "slot_lsn", t.slotStart.String()}
+	if ok && t.checkpoint != cp.LSN {
+		t.log.Warn("exactly-once: the last committed checkpoint belongs to another WAL history; it skips only what this history shares with it",
+			append(args, "checkpoint", cp.String(), "why", why)...)
+		return nil
+	}
+	t.log.Info("exactly-once: last committed checkpoint", args...)
 	return nil
+}
+
+// covered returns how far checkpoint cp covers the WAL of a server on
+// timeline cur whose ancestors are history: all of cp on cur itself; on an
+// ancestor, no further than where the history left it (positions past that
+// fork were never this server's); nothing on a timeline outside the
+// history (another branch of a restore). A checkpoint without a timeline (an
+// older release's) is taken as it is on timeline 1, the only history a
+// server that never forked has, and covers nothing elsewhere: the
+// transactions between the slot and it are sent again (duplicates, never a
+// loss). why says what was decided when the result is not cp.LSN.
+func covered(cp sink.Checkpoint, cur int32, history []replication.TimelineSwitch) (lsn pglogrepl.LSN, why string) {
+	switch {
+	case cp.Timeline == cur, cp.Timeline == 0 && cur == 1:
+		return cp.LSN, ""
+	case cp.Timeline == 0:
+		return 0, fmt.Sprintf("the checkpoint has no timeline (written by an older release) and the server is on timeline %d", cur)
+	}
+	for _, h := range history {
+		if h.Timeline == cp.Timeline {
+			if cp.LSN <= h.Switch {
+				return cp.LSN, ""
+			}
+			return h.Switch, fmt.Sprintf("timeline %d forked from timeline %d at %s", cur, h.Timeline, h.Switch)
+		}
+	}
+	return 0, fmt.Sprintf("timeline %d is not in the history of timeline %d", cp.Timeline, cur)
 }
 
 // skip reports whether the transaction whose commit record is at commitLSN
@@ -183,22 +240,44 @@ func (t *txnProducer) skip(commitLSN pglogrepl.LSN) bool {
 	return commitLSN < t.checkpoint
 }
 
-// begun counts the tracker unit of a transaction read while a Kafka
-// transaction is open.
-func (t *txnProducer) begun() {
+// begin is called with each Postgres transaction's Begin, at a boundary
+// between transactions (commitLSN: its commit record). It commits the open
+// Kafka transaction first when this Postgres transaction needs one of its
+// own (see reserve), and counts the transaction's tracker unit.
+func (t *txnProducer) begin(ctx context.Context, commitLSN pglogrepl.LSN) error {
+	if commitLSN == t.commitBefore && t.batch != nil {
+		if err := t.commit(ctx); err != nil {
+			return err
+		}
+	}
+	t.curCommit, t.earlier = commitLSN, 0
 	if t.batch != nil {
+		t.earlier = t.units
 		t.units++
 	}
+	return nil
 }
 
+// maxTxnEvents is the most events one Postgres transaction may hold in
+// exactly-once mode: the tracker's cap less its own unit and reserve's margin.
+func (t *txnProducer) maxTxnEvents() int { return t.maxInFlight - 3 }
+
 // reserve checks that one more record fits in the tracker while the open
-// transaction waits for its commit: acknowledgements return units only at
-// commit, so a Postgres transaction larger than the cap cannot be delivered.
+// Kafka transaction waits for its commit: acknowledgements return units only
+// at commit. A Postgres transaction that does not fit beside the earlier
+// ones of the open Kafka transaction restarts the session, and gets a Kafka
+// transaction of its own when read again; one that cannot fit even alone
+// (more than maxTxnEvents) cannot be delivered.
 func (t *txnProducer) reserve() error {
-	if t.units+2 >= t.maxInFlight {
-		return fmt.Errorf("exactly-once: a Postgres transaction has more events than one Kafka transaction can hold (%d, --max-in-flight plus twice --txn-max-records); raise --txn-max-records or --max-in-flight", t.maxInFlight)
+	if t.units+2 < t.maxInFlight {
+		return nil
 	}
-	return nil
+	if t.earlier > 0 {
+		t.commitBefore = t.curCommit
+		return &eosRestartError{fmt.Errorf("the Postgres transaction with commit %s does not fit beside the earlier ones in the open kafka transaction; it gets one of its own", t.curCommit)}
+	}
+	return fmt.Errorf("exactly-once: a Postgres transaction (commit %s) has more than %d events, the most one Kafka transaction can hold (--max-in-flight plus twice --txn-max-records, less 3); raise --txn-max-records or --max-in-flight",
+		t.curCommit, t.maxTxnEvents())
 }
 
 // Prepare, PrepareDeadLetter and Topic are the sink's.
@@ -217,7 +296,8 @@ func (t *txnProducer) Topic(ev *decoder.Event) (string, error) { return t.sink.T
 func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error)) {
 	if t.batch == nil {
 		if err := t.sink.BeginTxn(); err != nil {
-			done(&eosRestartError{err})
+			t.needReset = true // franz-go's client is still in an earlier transaction
+			done(&eosRestartError{fmt.Errorf("begin: %w", err)})
 			return
 		}
 		t.batch = &txnBatch{}
@@ -230,6 +310,11 @@ func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error))
 	b := t.batch
 	t.sink.Send(ctx, r, func(err error) {
 		if err != nil {
+			b.mu.Lock()
+			if b.failed == nil {
+				b.failed = err
+			}
+			b.mu.Unlock()
 			done(t.wrap(err))
 			return
 		}
@@ -299,7 +384,9 @@ func (t *txnProducer) boundary(ctx context.Context, end pglogrepl.LSN) error {
 
 // commit produces the checkpoint (the end LSN of the last Postgres
 // transaction in the batch), flushes and commits the Kafka transaction, then
-// acknowledges its records to the tracker. Call it at a Postgres transaction
+// acknowledges its records to the tracker. A transaction in which a record
+// failed is not committed: commit returns that failure (classified as by
+// wrap) and the session's end aborts it. Call it at a Postgres transaction
 // boundary only.
 func (t *txnProducer) commit(ctx context.Context) error {
 	began := time.Now()
@@ -309,15 +396,24 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	if b == nil {
 		return nil
 	}
+	if err := b.failure(); err != nil {
+		return t.wrap(err)
+	}
 	var cpErr error
 	var cpMu sync.Mutex
-	t.sink.Send(t.produceCtx, sink.CheckpointRecord(t.topic, t.key, t.lastEnd), func(err error) {
+	t.sink.Send(t.produceCtx, sink.CheckpointRecord(t.topic, t.key, sink.Checkpoint{LSN: t.lastEnd, Timeline: t.timeline}), func(err error) {
 		cpMu.Lock()
 		cpErr = err
 		cpMu.Unlock()
 	})
-	if err := t.sink.Flush(ctx); err != nil {
-		return err // shutting down: the session's end aborts the transaction
+	flushErr := t.sink.Flush(ctx)
+	// Every record's answer came before Flush returned, unless ctx ended
+	// first; a failure that ended it is in the batch by then.
+	if err := b.failure(); err != nil {
+		return t.wrap(err)
+	}
+	if flushErr != nil {
+		return flushErr // shutting down: the session's end aborts the transaction
 	}
 	cpMu.Lock()
 	err := cpErr
@@ -351,8 +447,12 @@ func (t *txnProducer) commit(ctx context.Context) error {
 }
 
 // endSession aborts a Kafka transaction left open by the session (its
-// records are read again from the slot). An abort that fails leaves the
-// producer unusable: walrelay stops.
+// records are read again from the slot), once both of the session's
+// goroutines returned. An abort that fails (its attempts time out, or the
+// client is stuck in a transaction) gets a new producer: its initialisation
+// in the next session fences the old one and aborts whatever it left open
+// on the broker. walrelay stops only when that fails too, or err is
+// permanent; a retriable err (or the failed end) restarts the session.
 func (t *txnProducer) endSession(err error) error {
 	t.timer.Stop()
 	t.overdue = false
@@ -360,31 +460,48 @@ func (t *txnProducer) endSession(err error) error {
 		t.m.txnSkipped.Add(float64(t.skipped))
 		t.log.Info("exactly-once: skipped events already committed to kafka", "slot", t.slot, "events", t.skipped, "lsn", t.checkpoint.String())
 	}
-	if t.batch == nil {
-		return err
-	}
-	t.batch = nil
-	t.records, t.units = 0, 0
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-	defer cancel()
 	var aerr error
-	for attempt := 0; attempt < 3; attempt++ {
-		if aerr = t.sink.EndTxn(ctx, false); aerr == nil {
-			t.m.txns.WithLabelValues("aborted").Inc()
-			break
+	aborted := false
+	if t.batch != nil {
+		t.batch = nil
+		t.records, t.units = 0, 0
+		for attempt := 0; attempt < 3; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+			aerr = t.sink.EndTxn(ctx, false)
+			cancel()
+			if aerr == nil {
+				t.m.txns.WithLabelValues("aborted").Inc()
+				aborted = true
+				break
+			}
+			if sink.IsFenced(aerr) {
+				return &FencedError{aerr}
+			}
 		}
-		if sink.IsFenced(aerr) {
-			return &FencedError{aerr}
+		if aerr != nil {
+			t.needReset = true
 		}
 	}
 	var fe *FencedError
 	if errors.As(err, &fe) {
 		return err
 	}
-	if aerr != nil {
-		return fmt.Errorf("exactly-once: cannot abort the kafka transaction (restart walrelay): %w", aerr)
+	if t.needReset {
+		cause := aerr
+		if cause == nil {
+			cause = err
+		}
+		if rerr := t.sink.ResetProducer(); rerr != nil {
+			return fmt.Errorf("exactly-once: cannot end the kafka transaction (%v) nor start a new producer: %w", cause, rerr)
+		}
+		t.needReset = false
+		t.log.Warn("exactly-once: the kafka transaction could not be ended; a new producer fences the old one and aborts it", "slot", t.slot, "error", cause.Error())
+		if err == nil || !reconnectable(err) {
+			return err // a shutdown, or a permanent failure: walrelay stops with it
+		}
+		return &eosRestartError{fmt.Errorf("end the kafka transaction: %w", cause)}
 	}
-	if err != nil {
+	if aborted && err != nil {
 		t.log.Warn("exactly-once: kafka transaction aborted", "slot", t.slot, "error", err.Error())
 	}
 	return err

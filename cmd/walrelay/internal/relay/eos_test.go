@@ -25,6 +25,7 @@ import (
 type fakeTxnSink struct {
 	mu        sync.Mutex
 	sendErr   error
+	sendErrs  []error // the errors of the next Sends, in order (nil: acknowledged), before sendErr
 	commitErr error
 	abortErr  error
 	begins    int
@@ -33,6 +34,18 @@ type fakeTxnSink struct {
 	sent      int
 	// InitProducer answers PRODUCER_FENCED fencedInits times.
 	fencedInits, inits, resets int
+	// As franz-go's client: a transaction is open between BeginTxn and an
+	// EndTxn that reached the broker; an abort that times out in
+	// AbortBufferedRecords leaves it open (abortTimeouts times), and only a
+	// new client (ResetProducer) forgets it.
+	inTxn         bool
+	abortTimeouts int
+	// deferAcks holds every Send's answer until Flush, which then returns
+	// the pipeline's cancellation if an answer failed (the race in which a
+	// record's failure cancels the commit's flush).
+	deferAcks  bool
+	deferred   []deferredAnswer
+	checkpoint sink.Checkpoint // what ReadCheckpoint returns (ok when its LSN is set)
 }
 
 func (f *fakeTxnSink) Prepare(context.Context, *decoder.Event) (sink.Record, error) {
@@ -46,10 +59,36 @@ func (f *fakeTxnSink) Send(_ context.Context, _ sink.Record, done func(error)) {
 	f.mu.Lock()
 	f.sent++
 	err := f.sendErr
+	if len(f.sendErrs) > 0 {
+		err, f.sendErrs = f.sendErrs[0], f.sendErrs[1:]
+	}
+	if f.deferAcks {
+		f.deferred = append(f.deferred, deferredAnswer{done, err})
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Unlock()
 	done(err)
 }
-func (f *fakeTxnSink) Flush(context.Context) error { return nil }
+func (f *fakeTxnSink) Flush(ctx context.Context) error {
+	f.mu.Lock()
+	answers := f.deferred
+	f.deferred = nil
+	f.mu.Unlock()
+	failed := false
+	for _, a := range answers {
+		failed = failed || a.err != nil
+		a.done(a.err)
+	}
+	if failed {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
 func (f *fakeTxnSink) InitProducer(context.Context) error {
 	f.inits++
 	if f.fencedInits > 0 {
@@ -58,19 +97,41 @@ func (f *fakeTxnSink) InitProducer(context.Context) error {
 	}
 	return nil
 }
-func (f *fakeTxnSink) ResetProducer() error                                       { f.resets++; return nil }
-func (f *fakeTxnSink) BeginTxn() error                                            { f.begins++; return nil }
+func (f *fakeTxnSink) ResetProducer() error { f.resets++; f.inTxn = false; return nil }
+func (f *fakeTxnSink) BeginTxn() error {
+	if f.inTxn {
+		return errors.New("invalid attempt to begin a transaction while already in a transaction")
+	}
+	f.begins++
+	f.inTxn = true
+	return nil
+}
 func (f *fakeTxnSink) EnsureCheckpointTopic(context.Context, string, int16) error { return nil }
-func (f *fakeTxnSink) ReadCheckpoint(context.Context, string, string) (pglogrepl.LSN, bool, error) {
-	return 0, false, nil
+func (f *fakeTxnSink) ReadCheckpoint(context.Context, string, string) (sink.Checkpoint, bool, error) {
+	return f.checkpoint, f.checkpoint.LSN != 0, nil
 }
 func (f *fakeTxnSink) EndTxn(_ context.Context, commit bool) error {
 	if commit {
 		f.commits++
+		if f.commitErr == nil {
+			f.inTxn = false
+		}
 		return f.commitErr
 	}
 	f.aborts++
+	if f.abortTimeouts > 0 {
+		f.abortTimeouts--
+		return fmt.Errorf("kafka: abort buffered records: %w", context.DeadlineExceeded)
+	}
+	if f.abortErr == nil {
+		f.inTxn = false
+	}
 	return f.abortErr
+}
+
+type deferredAnswer struct {
+	done func(error)
+	err  error
 }
 
 func newTestTxnProducer(f *fakeTxnSink, maxRecords int) *txnProducer {

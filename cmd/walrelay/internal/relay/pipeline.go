@@ -110,7 +110,7 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 				}
 			default:
 				if err := p.eos.commit(ctx); err != nil {
-					return err
+					return p.cause(ctx, err)
 				}
 			}
 			continue
@@ -129,7 +129,7 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 		case <-idle:
 		case <-eosDue:
 			if err := p.eosDue(ctx); err != nil {
-				return err
+				return p.cause(ctx, err)
 			}
 		}
 	}
@@ -152,12 +152,19 @@ func (p *pipeline) take(ctx context.Context, src batchSource, b *replication.Bat
 	err = p.handleBatch(ctx, b)
 	src.Release(b)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return true, p.failure()
-		}
-		return true, err
+		return true, p.cause(ctx, err)
 	}
 	return false, nil
+}
+
+// cause returns what run returns for err: when err is only ctx's end, the
+// produce failure that ended it (nil when ctx ended for a shutdown), never a
+// bare cancellation that would hide it.
+func (p *pipeline) cause(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return p.failure()
+	}
+	return err
 }
 
 func (p *pipeline) handleBatch(ctx context.Context, b *replication.Batch) error {
@@ -189,7 +196,9 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 	switch out.Kind {
 	case decoder.KindBegin:
 		if p.eos != nil {
-			p.eosBegin(out.CommitLSN)
+			if err := p.eosBegin(ctx, out.CommitLSN); err != nil {
+				return err
+			}
 		}
 		return p.tr.Begin(ctx)
 	case decoder.KindEvent:
@@ -360,9 +369,9 @@ func poisonOf(ev *decoder.Event) (string, error) {
 }
 
 // eosBegin is the pipeline's hook for a transaction's begin.
-func (p *pipeline) eosBegin(commitLSN pglogrepl.LSN) {
+func (p *pipeline) eosBegin(ctx context.Context, commitLSN pglogrepl.LSN) error {
 	p.skipping = p.eos.skip(commitLSN)
-	p.eos.begun()
+	return p.eos.begin(ctx, commitLSN)
 }
 
 // eosDue commits the open Kafka transaction when the commit interval passed

@@ -64,6 +64,42 @@ func genWAL(rng *rand.Rand, n int) *propWAL {
 	return w
 }
 
+// propRelID is the outbox table's relation id in the generated WAL.
+const propRelID = 16384
+
+// msgs returns the pgoutput messages of transaction i; the first
+// transaction of a session (relSent false) carries the relation message.
+// Its inserts are events of the aggregates o-0, o-1 and o-2 in turn.
+func (w *propWAL) msgs(i int, relSent *bool) []replication.Message {
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tx := w.txns[i]
+	msgs := []replication.Message{{WALStart: tx.begin, ServerWALEnd: tx.end, Data: pgoBegin(tx.commit, at, uint32(1000+i))}}
+	if !*relSent {
+		msgs = append(msgs, replication.Message{WALStart: tx.begin, ServerWALEnd: tx.end, Data: pgoOutboxRelation(propRelID, "public", "outbox")})
+		*relSent = true
+	}
+	for j, l := range tx.inserts {
+		msgs = append(msgs, replication.Message{WALStart: l, ServerWALEnd: tx.end,
+			Data: pgoOutboxInsert(propRelID, fmt.Sprintf("00000000-0000-4000-8000-%012x", uint64(l)), "order", "o-"+strconv.Itoa(j%3), "created", `{}`)})
+	}
+	return append(msgs, replication.Message{WALStart: tx.commit, ServerWALEnd: tx.end, Data: pgoCommit(tx.commit, tx.end, at)})
+}
+
+// keepalive is a keepalive of a server that has sent everything before
+// transaction next's commit (slotPos: where a session that sent nothing
+// yet started).
+func (w *propWAL) keepalive(rng *rand.Rand, next int, slotPos pglogrepl.LSN) replication.Message {
+	hi := w.txns[len(w.txns)-1].end + 0x100
+	lo := w.txns[max(next-1, 0)].end
+	if next < len(w.txns) {
+		hi = w.txns[next].commit
+	}
+	if next == 0 {
+		lo = slotPos
+	}
+	return replication.Message{Keepalive: true, ServerWALEnd: lo + pglogrepl.LSN(rng.Uint64N(uint64(hi-lo)))}
+}
+
 // propProducer is a fake producer: it keeps every record's callback until the
 // test answers it.
 type propProducer struct {
@@ -134,9 +170,24 @@ func (s propSource) Release(*replication.Batch)         {}
 // the last transaction once everything is acknowledged.
 // WALRELAY_TEST_SEED replays one iteration.
 func TestPipelineConfirmedNeverPassesUnacked(t *testing.T) {
-	iterations := 200
+	var failures, reconnects, acks int
+	n := seededIterations(t, 200, func(seed uint64) {
+		st := pipelineProperty(t, seed)
+		failures += st.failures
+		reconnects += st.reconnects
+		acks += st.acks
+	})
+	t.Logf("%d iterations: %d acks, %d reconnects, %d runs ended by a produce failure", n, acks, reconnects, failures)
+}
+
+// seededIterations runs one iteration of a property test per seed, n of
+// them (a quarter with -short) from a seed of the clock, or the one of
+// WALRELAY_TEST_SEED; it stops at the first failing iteration, naming its
+// seed, and returns how many ran.
+func seededIterations(t *testing.T, n int, iteration func(seed uint64)) int {
+	t.Helper()
 	if testing.Short() {
-		iterations = 50
+		n /= 4
 	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("WALRELAY_TEST_SEED"); s != "" {
@@ -144,21 +195,16 @@ func TestPipelineConfirmedNeverPassesUnacked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seed, iterations = v, 1
+		seed, n = v, 1
 	}
 	t.Logf("seed=%d (replay one iteration with WALRELAY_TEST_SEED=<seed of the iteration>)", seed)
-	var failures, reconnects, acks int
-	for i := 0; i < iterations; i++ {
-		s := seed + uint64(i)
-		st := pipelineProperty(t, s)
+	for i := 0; i < n; i++ {
+		iteration(seed + uint64(i))
 		if t.Failed() {
-			t.Fatalf("iteration %d failed: replay with WALRELAY_TEST_SEED=%d", i, s)
+			t.Fatalf("iteration %d failed: replay with WALRELAY_TEST_SEED=%d", i, seed+uint64(i))
 		}
-		failures += st.failures
-		reconnects += st.reconnects
-		acks += st.acks
 	}
-	t.Logf("%d iterations: %d acks, %d reconnects, %d runs ended by a produce failure", iterations, acks, reconnects, failures)
+	return n
 }
 
 type propStats struct{ failures, reconnects, acks int }
@@ -166,7 +212,6 @@ type propStats struct{ failures, reconnects, acks int }
 func pipelineProperty(t *testing.T, seed uint64) propStats {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
 	wal := genWAL(rng, 5+rng.IntN(40))
-	const relID = 16384
 	dcfg := decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "outbox"}}, HeartbeatPrefix: HeartbeatPrefix}
 	slotPos := wal.txns[0].begin - 1
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: 2 + rng.IntN(12)}, slotPos)
@@ -289,34 +334,8 @@ func pipelineProperty(t *testing.T, seed uint64) propStats {
 			}
 		}
 	}
-	// txnMsgs returns the messages of transaction i, cut after cut messages
-	// when cut >= 0.
-	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	txnMsgs := func(i int) []replication.Message {
-		tx := wal.txns[i]
-		msgs := []replication.Message{{WALStart: tx.begin, ServerWALEnd: tx.end, Data: pgoBegin(tx.commit, at, uint32(1000+i))}}
-		if !relSent {
-			msgs = append(msgs, replication.Message{WALStart: tx.begin, ServerWALEnd: tx.end, Data: pgoOutboxRelation(relID, "public", "outbox")})
-			relSent = true
-		}
-		for j, l := range tx.inserts {
-			msgs = append(msgs, replication.Message{WALStart: l, ServerWALEnd: tx.end,
-				Data: pgoOutboxInsert(relID, fmt.Sprintf("00000000-0000-4000-8000-%012x", uint64(l)), "order", "o-"+strconv.Itoa(j%3), "created", `{}`)})
-		}
-		return append(msgs, replication.Message{WALStart: tx.commit, ServerWALEnd: tx.end, Data: pgoCommit(tx.commit, tx.end, at)})
-	}
-	keepalive := func() replication.Message {
-		// The server has sent everything before the next transaction's commit.
-		hi := wal.txns[len(wal.txns)-1].end + 0x100
-		lo := wal.txns[max(next-1, 0)].end
-		if next < len(wal.txns) {
-			hi = wal.txns[next].commit
-		}
-		if next == 0 {
-			lo = slotPos
-		}
-		return replication.Message{Keepalive: true, ServerWALEnd: lo + pglogrepl.LSN(rng.Uint64N(uint64(hi-lo)))}
-	}
+	txnMsgs := func(i int) []replication.Message { return wal.msgs(i, &relSent) }
+	keepalive := func() replication.Message { return wal.keepalive(rng, next, slotPos) }
 
 	startSession()
 	stopped := false // a produce failure ended the run

@@ -264,7 +264,12 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	failed, fail := r.failed, r.fail
 	var prod producer = r.sink
 	if r.eos != nil {
-		tr, err := r.eos.startSession(conn)
+		hist, err := conn.History(ctx)
+		if err != nil {
+			_ = conn.Close(context.Background())
+			return err
+		}
+		tr, err := r.eos.startSession(conn.System, conn.Start, hist)
 		if err != nil {
 			_ = conn.Close(context.Background())
 			return err
