@@ -25,7 +25,7 @@ test:
 # the binary falls back to the VCS revision Go embeds (runtime/debug.ReadBuildInfo).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
-VERSION_PKG := github.com/walrelay/walrelay/cmd/walrelay/internal/relay
+VERSION_PKG := github.com/walrelay/walrelay/relay
 LDFLAGS := $(if $(VERSION),-X $(VERSION_PKG).Version=$(VERSION)) $(if $(REVISION),-X $(VERSION_PKG).Revision=$(REVISION))
 
 build:

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"

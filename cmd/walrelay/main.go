@@ -14,7 +14,7 @@ import (
 	"syscall"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
+	"github.com/walrelay/walrelay/relay"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/walrelay/walrelay/checkpoint"
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"

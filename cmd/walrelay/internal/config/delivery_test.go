@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/relay"
+	"github.com/walrelay/walrelay/relay"
 )
 
 func TestValidateDelivery(t *testing.T) {

@@ -191,7 +191,7 @@ func (m *metrics) setRole(role string) {
 }
 
 // Version is set at build time by `make build`:
-// -ldflags "-X github.com/walrelay/walrelay/cmd/walrelay/internal/relay.Version=$(git describe --tags --always --dirty)".
+// -ldflags "-X github.com/walrelay/walrelay/relay.Version=$(git describe --tags --always --dirty)".
 // Left at "dev", walrelay reports the VCS revision Go embedded instead.
 var Version = "dev"
 
