@@ -1,11 +1,15 @@
 // Package relay is walrelay's runtime: Run(ctx, Options) wires the stages
-// together. The replication stream feeds the decoder, whose events are
-// tracked by the checkpoint and produced by the sink; the checkpoint's
-// watermark flows back to the stream, which reports it to Postgres. Around
-// them: the session and reconnect loop, the exactly-once producer, the
-// heartbeat, the slot poll, metrics and the HTTP endpoints. It imports the
-// libraries only; the command's configuration (cmd/walrelay/internal/config)
-// maps the settings to Options.
+// together, for the walrelay command and for a Go program that embeds it.
+// The replication stream feeds the decoder, whose events are tracked by the
+// checkpoint and produced by the sink through a delivery mode (delivery.go:
+// at-least-once, or exactly-once in eos.go); the checkpoint's watermark
+// flows back to the stream, which reports it to Postgres. Around them: the
+// session and reconnect loop, the heartbeat, the slot poll, metrics and the
+// HTTP endpoints. It imports the stages only; the command's configuration
+// (cmd/walrelay/internal/config) maps the settings to Options.
+//
+// Options, Run, the exported errors and DeadLetterReason are the embedding
+// API; the rest is internal.
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and
@@ -21,5 +25,8 @@
 //     from that server's slot, and no position of the old history is ever
 //     sent to it (failover.go, shutdown.go);
 //   - only errors known to be transient are retried (retry.go); anything
-//     else, an invalid configuration included, stops walrelay with the error.
+//     else, an invalid configuration included, stops walrelay with the error;
+//   - exactly-once: a Kafka transaction holding a failed record is never
+//     committed, and a checkpoint never skips what another WAL history
+//     wrote (eos.go).
 package relay

@@ -28,8 +28,8 @@ func (e *FencedError) Unwrap() error { return e.Err }
 // fencedRetry ends a session whose producer was fenced. Fencing means that
 // another instance took over only if that instance now holds the slot: the
 // relay reconnects, and stops with the FencedError if the slot is in use
-// (runner.stopIfFenced); if it gets the slot, the epoch was only stale and
-// initSession starts a new producer.
+// (txnProducer.stopIfFenced); if it gets the slot, the epoch was only stale
+// and initSession starts a new producer.
 type fencedRetry struct{ fe *FencedError }
 
 func (e *fencedRetry) Error() string {
@@ -97,15 +97,15 @@ type txnProducer struct {
 	checkpoint pglogrepl.LSN                // what the last committed checkpoint covers of this history
 	created    bool                         // checkpoint topic ensured
 	needReset  bool                         // franz-go's client may still be in a transaction: replace it
+	release    func()                       // ends the session's failure context
 
 	batch   *txnBatch // open Kafka transaction, nil if none
 	records int       // records in batch
 	units   int       // tracker units batch holds (transactions + records)
 	lastEnd pglogrepl.LSN
-	timer   *time.Timer
+	wakeT   *time.Timer   // see wake
 	opened  time.Time     // when batch began
 	lastDur time.Duration // how long the last commit took
-	idle    *time.Timer   // see idleCommitTimer
 	fenced  *FencedError  // the last session ended fenced (see fencedRetry)
 	skipped int           // events skipped this session (covered by the checkpoint)
 	overdue bool          // the interval passed inside a Postgres transaction
@@ -125,14 +125,86 @@ func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metr
 	x := opts.ExactlyOnce
 	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
 		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.trackerCap(),
-		produceCtx: produceCtx, timeout: opts.KafkaTimeout, timer: t, txnID: x.TransactionalID, m: m}
+		produceCtx: produceCtx, timeout: opts.KafkaTimeout, wakeT: t, txnID: x.TransactionalID, m: m}
 }
 
-// startSession returns a tracker that starts at the slot's position: anything
+// startSession (mode) reads the timeline's history from conn and starts a
+// session with a tracker of its own (newSession) and a failure context of
+// its own: a failed Kafka transaction ends this session only.
+func (t *txnProducer) startSession(ctx context.Context, conn *replication.Conn) (session, error) {
+	hist, err := conn.History(ctx)
+	if err != nil {
+		return session{}, err
+	}
+	tr, err := t.newSession(conn.System, conn.Start, hist)
+	if err != nil {
+		return session{}, err
+	}
+	failed, fail := context.WithCancelCause(context.Background())
+	t.release = func() { fail(nil) }
+	return session{delivery: t, tr: tr, failed: failed, fail: fail}, nil
+}
+
+// stopIfFenced (mode) returns the FencedError that ended the last session
+// when err says that another process holds the slot.
+func (t *txnProducer) stopIfFenced(err error) error {
+	if t.fenced == nil || !errors.Is(err, replication.ErrSlotInUse) {
+		return nil
+	}
+	return t.fenced
+}
+
+// open (delivery) is initSession.
+func (t *txnProducer) open(ctx context.Context) error { return t.initSession(ctx) }
+
+// event (delivery) counts a skipped event, and reserves room for one to
+// produce.
+func (t *txnProducer) event(skipped bool) error {
+	if skipped {
+		t.skipped++
+		return nil
+	}
+	return t.reserve()
+}
+
+// ready (delivery) is idleCommitAllowed; idle commits.
+func (t *txnProducer) ready() bool                    { return t.idleCommitAllowed() }
+func (t *txnProducer) idle(ctx context.Context) error { return t.commit(ctx) }
+
+// wake (delivery) fires when the open Kafka transaction reaches the commit
+// interval, or, earlier, when an idle commit becomes allowed (the loop then
+// sees ready). Nothing to wait for: nil.
+func (t *txnProducer) wake() <-chan time.Time {
+	if t.batch == nil || t.overdue {
+		return nil
+	}
+	at := t.opened.Add(t.interval)
+	if idleAt := t.opened.Add(t.lastDur); t.records > 0 && idleAt.Before(at) {
+		at = idleAt
+	}
+	t.wakeT.Reset(time.Until(at))
+	return t.wakeT.C
+}
+
+// woken (delivery): once the commit interval passed, the open Kafka
+// transaction is committed, at once between Postgres transactions, else at
+// the end of the one being read.
+func (t *txnProducer) woken(ctx context.Context, inTxn bool) error {
+	if t.batch == nil || time.Since(t.opened) < t.interval {
+		return nil
+	}
+	if inTxn {
+		t.overdue = true
+		return nil
+	}
+	return t.commit(ctx)
+}
+
+// newSession returns a tracker that starts at the slot's position: anything
 // an aborted transaction acknowledged is read again from the slot. It does not
 // touch Kafka: a session that finds the slot held by another instance
 // (standby) must not fence that instance's producer.
-func (t *txnProducer) startSession(system replication.Identity, start pglogrepl.LSN, history []replication.TimelineSwitch) (*checkpoint.Tracker, error) {
+func (t *txnProducer) newSession(system replication.Identity, start pglogrepl.LSN, history []replication.TimelineSwitch) (*checkpoint.Tracker, error) {
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: t.maxInFlight}, start)
 	if err != nil {
 		return nil, err
@@ -240,14 +312,15 @@ func (t *txnProducer) skip(commitLSN pglogrepl.LSN) bool {
 	return commitLSN < t.checkpoint
 }
 
-// begin is called with each Postgres transaction's Begin, at a boundary
-// between transactions (commitLSN: its commit record). It commits the open
-// Kafka transaction first when this Postgres transaction needs one of its
-// own (see reserve), and counts the transaction's tracker unit.
-func (t *txnProducer) begin(ctx context.Context, commitLSN pglogrepl.LSN) error {
+// begin (delivery) is called with each Postgres transaction's Begin, at a
+// boundary between transactions (commitLSN: its commit record). It commits
+// the open Kafka transaction first when this Postgres transaction needs one
+// of its own (see reserve), and counts the transaction's tracker unit; skip
+// says the checkpoint covers the transaction.
+func (t *txnProducer) begin(ctx context.Context, commitLSN pglogrepl.LSN) (skip bool, err error) {
 	if commitLSN == t.commitBefore && t.batch != nil {
 		if err := t.commit(ctx); err != nil {
-			return err
+			return false, err
 		}
 	}
 	t.curCommit, t.earlier = commitLSN, 0
@@ -255,7 +328,7 @@ func (t *txnProducer) begin(ctx context.Context, commitLSN pglogrepl.LSN) error 
 		t.earlier = t.units
 		t.units++
 	}
-	return nil
+	return t.skip(commitLSN), nil
 }
 
 // maxTxnEvents is the most events one Postgres transaction may hold in
@@ -302,7 +375,6 @@ func (t *txnProducer) Send(ctx context.Context, r sink.Record, done func(error))
 		}
 		t.batch = &txnBatch{}
 		t.records, t.units = 0, 1 // the open Postgres transaction
-		t.timer.Reset(t.interval)
 		t.opened = time.Now()
 	}
 	t.records++
@@ -347,31 +419,10 @@ func (t *txnProducer) idleCommitAllowed() bool {
 	return t.batch != nil && t.records > 0 && time.Since(t.opened) >= t.lastDur
 }
 
-// idleCommitTimer returns a channel that fires when idleCommitAllowed will
-// hold for the open Kafka transaction, or nil when there is nothing to wait
-// for (no transaction with records, or it is allowed already).
-func (t *txnProducer) idleCommitTimer() <-chan time.Time {
-	if t.batch == nil || t.records == 0 {
-		return nil
-	}
-	wait := t.lastDur - time.Since(t.opened)
-	if wait <= 0 {
-		return nil
-	}
-	if t.idle == nil {
-		t.idle = time.NewTimer(wait)
-	} else {
-		t.idle.Reset(wait)
-	}
-	return t.idle.C
-}
-
-// due fires when the open Kafka transaction reached the commit interval.
-func (t *txnProducer) due() <-chan time.Time { return t.timer.C }
-
-// boundary is called after each Postgres transaction (end: its end LSN):
-// the open Kafka transaction is committed when it is old or large enough.
-func (t *txnProducer) boundary(ctx context.Context, end pglogrepl.LSN) error {
+// end (delivery) is called after each Postgres transaction (end: its end
+// LSN): the open Kafka transaction is committed when it is old or large
+// enough.
+func (t *txnProducer) end(ctx context.Context, end pglogrepl.LSN) error {
 	t.lastEnd = end
 	if t.batch == nil {
 		return nil
@@ -390,7 +441,7 @@ func (t *txnProducer) boundary(ctx context.Context, end pglogrepl.LSN) error {
 // boundary only.
 func (t *txnProducer) commit(ctx context.Context) error {
 	began := time.Now()
-	t.timer.Stop()
+	t.wakeT.Stop()
 	t.overdue = false
 	b := t.batch
 	if b == nil {
@@ -446,15 +497,32 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	return nil
 }
 
-// endSession aborts a Kafka transaction left open by the session (its
+// endSession (mode) ends the session with finish; a session that ended
+// fenced is retried once to tell a takeover from a stale epoch (see
+// fencedRetry).
+func (t *txnProducer) endSession(err error) error {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
+	err = t.finish(err)
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		t.fenced = fe
+		return &fencedRetry{fe}
+	}
+	return err
+}
+
+// finish aborts a Kafka transaction left open by the session (its
 // records are read again from the slot), once both of the session's
 // goroutines returned. An abort that fails (its attempts time out, or the
 // client is stuck in a transaction) gets a new producer: its initialisation
 // in the next session fences the old one and aborts whatever it left open
 // on the broker. walrelay stops only when that fails too, or err is
 // permanent; a retriable err (or the failed end) restarts the session.
-func (t *txnProducer) endSession(err error) error {
-	t.timer.Stop()
+func (t *txnProducer) finish(err error) error {
+	t.wakeT.Stop()
 	t.overdue = false
 	if t.skipped > 0 {
 		t.m.txnSkipped.Add(float64(t.skipped))

@@ -95,7 +95,7 @@ type eosSession struct {
 // does, and returns what the session ended with and the final watermark.
 func (s eosSession) run(t *testing.T, msgs []replication.Message, until pglogrepl.LSN) (error, pglogrepl.LSN) {
 	t.Helper()
-	tr, err := s.tp.startSession(s.ident, s.start, s.history)
+	tr, err := s.tp.newSession(s.ident, s.start, s.history)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func (s eosSession) run(t *testing.T, msgs []replication.Message, until pglogrep
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	var walEnd atomic.Uint64
-	p := &pipeline{dec: dec, tr: tr, sink: s.tp, onPoison: OnPoisonDLQ, log: s.tp.log, m: s.tp.m,
-		produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail, eos: s.tp}
+	p := &pipeline{dec: dec, tr: tr, d: s.tp, onPoison: OnPoisonDLQ, log: s.tp.log, m: s.tp.m,
+		produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail}
 	src := propSource{ch: make(chan *replication.Batch)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -368,7 +368,7 @@ func exactlyOnceProperty(t *testing.T, seed uint64) eosPropStats {
 		}
 	}
 	startSession := func() {
-		tr, err := tp.startSession(ident, slotPos, nil)
+		tr, err := tp.newSession(ident, slotPos, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,8 +379,8 @@ func exactlyOnceProperty(t *testing.T, seed uint64) eosPropStats {
 		}
 		failed, fail := context.WithCancelCause(context.Background())
 		var walEnd atomic.Uint64
-		p := &pipeline{dec: dec, tr: tr, sink: tp, onPoison: OnPoisonDLQ, log: log, m: tp.m, produceCtx: context.Background(),
-			walEnd: &walEnd, failed: failed, fail: fail, eos: tp}
+		p := &pipeline{dec: dec, tr: tr, d: tp, onPoison: OnPoisonDLQ, log: log, m: tp.m, produceCtx: context.Background(),
+			walEnd: &walEnd, failed: failed, fail: fail}
 		src = propSource{ch: make(chan *replication.Batch)}
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(context.Background())

@@ -156,14 +156,14 @@ func TestTxnProducerAcksAtCommit(t *testing.T) {
 	ctx := context.Background()
 	tp.Send(ctx, sink.Record{}, done)
 	tp.Send(ctx, sink.Record{}, done)
-	if err := tp.boundary(ctx, 100); err != nil {
+	if err := tp.end(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
 	if acked != 0 || f.commits != 0 {
 		t.Fatalf("after 2 records (max 3): acked=%d commits=%d, want 0 and 0", acked, f.commits)
 	}
 	tp.Send(ctx, sink.Record{}, done)
-	if err := tp.boundary(ctx, 200); err != nil {
+	if err := tp.end(ctx, 200); err != nil {
 		t.Fatal(err)
 	}
 	if acked != 3 || f.commits != 1 || f.begins != 1 || f.sent != 4 {
@@ -176,20 +176,21 @@ func TestTxnProducerAcksAtCommit(t *testing.T) {
 
 // TestTxnProducerIdleCommit: an open Kafka transaction with a record may be
 // committed when the stream is idle once it has been open as long as the
-// last commit took (at once after a fast commit), and idleCommitTimer says
-// when that is.
+// last commit took (at once after a fast commit), and wake fires then; it
+// fires at the commit interval otherwise, and woken commits between
+// Postgres transactions or marks the commit for the end of the open one.
 func TestTxnProducerIdleCommit(t *testing.T) {
 	f := &fakeTxnSink{}
 	tp := newTestTxnProducer(f, 1000)
 	ctx := context.Background()
-	if tp.idleCommitAllowed() || tp.idleCommitTimer() != nil {
-		t.Fatal("idle commit allowed without an open transaction")
+	if tp.ready() || tp.wake() != nil {
+		t.Fatal("idle commit allowed, or a wake-up, without an open transaction")
 	}
 	tp.Send(ctx, sink.Record{}, func(error) {})
-	if !tp.idleCommitAllowed() || tp.idleCommitTimer() != nil {
+	if !tp.ready() {
 		t.Fatal("first transaction: an idle commit must be allowed at once")
 	}
-	if err := tp.commit(ctx); err != nil {
+	if err := tp.idle(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var committed dto.Metric
@@ -198,20 +199,35 @@ func TestTxnProducerIdleCommit(t *testing.T) {
 	}
 	tp.lastDur = 50 * time.Millisecond // as if the commit took 50 ms
 	tp.Send(ctx, sink.Record{}, func(error) {})
-	if tp.idleCommitAllowed() {
+	if tp.ready() {
 		t.Fatal("idle commit allowed before the transaction was open as long as the last commit took")
 	}
-	c := tp.idleCommitTimer()
+	c := tp.wake()
 	if c == nil {
-		t.Fatal("no timer for the idle commit")
+		t.Fatal("no wake-up for the idle commit")
 	}
 	select {
 	case <-c:
 	case <-time.After(time.Second):
-		t.Fatal("the idle commit timer did not fire")
+		t.Fatal("the idle commit wake-up did not fire")
 	}
-	if !tp.idleCommitAllowed() {
-		t.Fatal("idle commit not allowed after the timer fired")
+	if !tp.ready() {
+		t.Fatal("idle commit not allowed after the wake-up fired")
+	}
+
+	// The commit interval (1h here) passed inside a Postgres transaction:
+	// committed at its end, not before.
+	tp.opened = time.Now().Add(-2 * time.Hour)
+	if err := tp.woken(ctx, true); err != nil || f.commits != 1 || !tp.overdue || tp.wake() != nil {
+		t.Fatalf("woken inside a transaction: err %v, commits %d, overdue %v; want no commit yet, overdue, no wake-up", err, f.commits, tp.overdue)
+	}
+	if err := tp.end(ctx, 0x200); err != nil || f.commits != 2 {
+		t.Fatalf("at the transaction's end: err %v, commits %d, want the commit", err, f.commits)
+	}
+	tp.Send(ctx, sink.Record{}, func(error) {})
+	tp.opened = time.Now().Add(-2 * time.Hour)
+	if err := tp.woken(ctx, false); err != nil || f.commits != 3 {
+		t.Fatalf("woken between transactions: err %v, commits %d, want the commit", err, f.commits)
 	}
 }
 
@@ -230,7 +246,7 @@ func TestTxnProducerCommitFailure(t *testing.T) {
 			tp := newTestTxnProducer(f, 1)
 			acked := 0
 			tp.Send(context.Background(), sink.Record{}, func(error) { acked++ })
-			err := tp.boundary(context.Background(), 100)
+			err := tp.end(context.Background(), 100)
 			if acked != 0 {
 				t.Fatalf("a record was acknowledged although the commit failed")
 			}
@@ -244,8 +260,10 @@ func TestTxnProducerCommitFailure(t *testing.T) {
 			if tc.fenced && reconnectable(&deliveryError{err}) {
 				t.Fatalf("fenced error %v is reconnectable", err)
 			}
-			if got := tp.endSession(err); got != err {
-				t.Fatalf("endSession = %v, want %v", got, err)
+			got := tp.endSession(err)
+			var retry *fencedRetry
+			if tc.fenced && !errors.As(got, &retry) || !tc.fenced && got != err {
+				t.Fatalf("endSession = %v, want %v (fenced: a fencedRetry)", got, err)
 			}
 			if f.aborts != 1 {
 				t.Fatalf("aborts=%d, want 1", f.aborts)
@@ -329,22 +347,21 @@ func TestTxnProducerInitStaleEpoch(t *testing.T) {
 // if another process holds the slot.
 func TestStopIfFenced(t *testing.T) {
 	fe := &FencedError{kerr.ProducerFenced}
-	r := &runner{eos: newTestTxnProducer(&fakeTxnSink{}, 10)}
+	tp := newTestTxnProducer(&fakeTxnSink{}, 10)
 	inUse := fmt.Errorf("start replication: %w", replication.ErrSlotInUse)
-	if err := r.stopIfFenced(inUse); err != nil {
+	if err := tp.stopIfFenced(inUse); err != nil {
 		t.Fatalf("not fenced: stopIfFenced = %v, want nil (standby)", err)
 	}
-	r.eos.fenced = fe
-	if !reconnectable(&fencedRetry{fe}) {
-		t.Fatal("a fenced session is not retried")
+	if err := tp.endSession(fe); !reconnectable(err) {
+		t.Fatalf("a fenced session is not retried: endSession = %v", err)
 	}
-	if err := r.stopIfFenced(errors.New("connection refused")); err != nil {
+	if err := tp.stopIfFenced(errors.New("connection refused")); err != nil {
 		t.Fatalf("fenced, slot not known in use: %v, want nil", err)
 	}
-	if err := r.stopIfFenced(inUse); err != fe {
+	if err := tp.stopIfFenced(inUse); err != fe {
 		t.Fatalf("fenced and the slot in use: %v, want the FencedError", err)
 	}
-	if (&runner{}).stopIfFenced(inUse) != nil {
+	if (&atLeastOnce{}).stopIfFenced(inUse) != nil {
 		t.Fatal("at-least-once: stopIfFenced must be nil")
 	}
 }

@@ -22,10 +22,6 @@ var (
 	// ignoredReasons are the decoder's KindIgnored reasons.
 	ignoredReasons = []string{decoder.ReasonUpdate, decoder.ReasonDelete, decoder.ReasonTruncate,
 		decoder.ReasonNonTransactional, decoder.ReasonForeignMessage, decoder.ReasonUnmappedTable}
-	// deadLetterReasons are the reasons pipeline.go dead-letters with
-	// (poisonOf and the sink's refusals).
-	deadLetterReasons = []string{"null_aggregate_id", "null_field", "bad_headers", "bad_payload", "bad_timestamp",
-		"bad_message", "unsupported_value", "bad_partition", "undecodable", "empty_aggregate_id", "invalid_topic", "too_large", "topic_refused"}
 	// reconnectCauses are the causes of walrelay_reconnects_total.
 	reconnectCauses = []string{"connection", "slot_in_use"}
 	// walStatuses are pg_replication_slots.wal_status values.
@@ -142,7 +138,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		m.ignored.WithLabelValues(r)
 	}
 	for _, r := range deadLetterReasons {
-		m.deadLetters.WithLabelValues(r)
+		m.deadLetters.WithLabelValues(string(r.reason))
 	}
 	for _, c := range reconnectCauses {
 		m.reconnects.WithLabelValues(c)

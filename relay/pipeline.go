@@ -54,12 +54,12 @@ func (e *PoisonError) Error() string {
 func (e *PoisonError) Unwrap() error { return e.Err }
 
 // pipeline decodes stream messages, tracks them in the checkpoint and hands
-// events to Kafka. One goroutine runs it; produce callbacks report failures
-// through fatal.
+// events to Kafka through its delivery mode. One goroutine runs it; produce
+// callbacks report failures through fail.
 type pipeline struct {
 	dec        *decoder.Decoder
 	tr         *checkpoint.Tracker
-	sink       producer
+	d          delivery
 	onPoison   string
 	log        *slog.Logger
 	m          *metrics
@@ -72,9 +72,8 @@ type pipeline struct {
 	failed context.Context
 	fail   context.CancelCauseFunc
 
-	eos      *txnProducer // exactly-once mode (nil: at-least-once)
-	skipping bool         // the open transaction is covered by the checkpoint
-	eosReady bool         // eos.initSession ran for this session
+	opened   bool // d.open ran: the slot streams to this process
+	skipping bool // the open transaction was delivered before
 }
 
 func (p *pipeline) failure() error {
@@ -92,32 +91,24 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 	defer abort(nil)
 	stop := context.AfterFunc(p.failed, func() { abort(context.Cause(p.failed)) })
 	defer stop()
-	var eosDue <-chan time.Time // nil (never ready) unless exactly-once
-	if p.eos != nil {
-		eosDue = p.eos.due()
-	}
 	for {
 		if ctx.Err() != nil {
 			return p.failure()
 		}
-		if p.eos != nil && !p.dec.InTxn() && p.eos.idleCommitAllowed() {
-			// Exactly-once: commit as soon as the stream has nothing more
-			// buffered, instead of waiting for the commit interval.
+		if !p.dec.InTxn() && p.d.ready() {
+			// The mode acts as soon as the stream has nothing more
+			// buffered (exactly-once: commit), between transactions.
 			select {
 			case b, ok := <-src.Batches():
 				if done, err := p.take(ctx, src, b, ok); done || err != nil {
 					return err
 				}
 			default:
-				if err := p.eos.commit(ctx); err != nil {
+				if err := p.d.idle(ctx); err != nil {
 					return p.cause(ctx, err)
 				}
 			}
 			continue
-		}
-		var idle <-chan time.Time // when an idle commit becomes allowed
-		if p.eos != nil {
-			idle = p.eos.idleCommitTimer()
 		}
 		select {
 		case <-ctx.Done():
@@ -126,9 +117,8 @@ func (p *pipeline) run(parent context.Context, src batchSource) error {
 			if done, err := p.take(ctx, src, b, ok); done || err != nil {
 				return err
 			}
-		case <-idle:
-		case <-eosDue:
-			if err := p.eosDue(ctx); err != nil {
+		case <-p.d.wake():
+			if err := p.d.woken(ctx, p.dec.InTxn()); err != nil {
 				return p.cause(ctx, err)
 			}
 		}
@@ -141,13 +131,13 @@ func (p *pipeline) take(ctx context.Context, src batchSource, b *replication.Bat
 	if !ok {
 		return true, nil
 	}
-	if p.eos != nil && !p.eosReady {
-		// The slot streams to this process: now Kafka may be told.
-		if err := p.eos.initSession(ctx); err != nil {
+	if !p.opened {
+		// The slot streams to this process: now the mode may act on it.
+		if err := p.d.open(ctx); err != nil {
 			src.Release(b)
 			return true, err
 		}
-		p.eosReady = true
+		p.opened = true
 	}
 	err = p.handleBatch(ctx, b)
 	src.Release(b)
@@ -195,25 +185,24 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 	}
 	switch out.Kind {
 	case decoder.KindBegin:
-		if p.eos != nil {
-			if err := p.eosBegin(ctx, out.CommitLSN); err != nil {
-				return err
-			}
+		skip, err := p.d.begin(ctx, out.CommitLSN)
+		if err != nil {
+			return err
 		}
+		p.skipping = skip
 		return p.tr.Begin(ctx)
 	case decoder.KindEvent:
-		if p.skipping {
-			p.eos.skipped++
-			return nil
+		if err := p.d.event(p.skipping); err != nil || p.skipping {
+			return err
 		}
 		return p.produce(ctx, &out.Event)
 	case decoder.KindCommit:
 		p.m.transactions.Inc()
-		if err := p.tr.Commit(out.EndLSN); err != nil || p.eos == nil {
+		if err := p.tr.Commit(out.EndLSN); err != nil {
 			return err
 		}
 		p.skipping = false
-		return p.eos.boundary(ctx, out.EndLSN)
+		return p.d.end(ctx, out.EndLSN)
 	case decoder.KindHeartbeat:
 		p.m.heartbeatLast.SetToCurrentTime()
 		if ns, err := strconv.ParseInt(string(out.Content), 10, 64); err == nil {
@@ -226,11 +215,6 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 }
 
 func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
-	if p.eos != nil {
-		if err := p.eos.reserve(); err != nil {
-			return err
-		}
-	}
 	// Track first: whatever happens to the event, the watermark waits for it.
 	ack, err := p.tr.Add(ctx)
 	if err != nil {
@@ -250,20 +234,20 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		ack.Done()
 	}
 	if reason, cause := poisonOf(ev); cause != nil {
-		intended, _ := p.sink.Topic(ev) // best effort: for the dead-letter header
+		intended, _ := p.d.Topic(ev) // best effort: for the dead-letter header
 		return p.deadLetter(ctx, ev, intended, reason, cause, done)
 	}
 	// ctx (not produceCtx) bounds the topic look-ups: a shutdown must not
 	// wait for Kafka to come back.
-	rec, err := p.sink.Prepare(ctx, ev)
+	rec, err := p.d.Prepare(ctx, ev)
 	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
 		if werr := p.awaitKafka(ctx, ev, attempt, err); werr != nil {
 			return werr
 		}
-		rec, err = p.sink.Prepare(ctx, ev)
+		rec, err = p.d.Prepare(ctx, ev)
 	}
 	if err == nil {
-		p.sink.Send(p.produceCtx, rec, done)
+		p.d.Send(p.produceCtx, rec, done)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -271,15 +255,8 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
-		switch {
-		case errors.Is(err, sink.ErrInvalidTopic):
-			return p.deadLetter(ctx, ev, pe.Topic, "invalid_topic", err, done)
-		case errors.Is(err, sink.ErrTopicRefused):
-			return p.deadLetter(ctx, ev, pe.Topic, "topic_refused", err, done)
-		case errors.Is(err, sink.ErrTooLarge):
-			return p.deadLetter(ctx, ev, pe.Topic, "too_large", err, done)
-		case errors.Is(err, sink.ErrNoSuchPartition):
-			return p.deadLetter(ctx, ev, pe.Topic, "bad_partition", err, done)
+		if reason, ok := refusalReason(err); ok {
+			return p.deadLetter(ctx, ev, pe.Topic, reason, err, done)
 		}
 	}
 	p.m.produceFailures.Inc()
@@ -314,17 +291,17 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 // deadLetter sends ev to the dead-letter topic, or stops with a
 // *PoisonError under --on-poison=stop. Either way the event is accounted for:
 // never skipped.
-func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
+func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended string, reason DeadLetterReason, cause error, done func(error)) error {
 	if p.onPoison == OnPoisonStop {
 		p.m.produceFailures.Inc()
-		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: reason, Err: cause}
+		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 	}
-	rec, err := p.sink.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+	rec, err := p.d.PrepareDeadLetter(ctx, ev, intended, string(reason), cause)
 	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
 		if werr := p.awaitKafka(ctx, ev, attempt, err); werr != nil {
 			return werr
 		}
-		rec, err = p.sink.PrepareDeadLetter(ctx, ev, intended, reason, cause)
+		rec, err = p.d.PrepareDeadLetter(ctx, ev, intended, string(reason), cause)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -333,54 +310,20 @@ func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended, 
 		p.m.produceFailures.Inc()
 		return err
 	}
-	p.m.deadLetters.WithLabelValues(reason).Inc()
+	p.m.deadLetters.WithLabelValues(string(reason)).Inc()
 	p.log.Warn("event dead-lettered", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID, "table", ev.Table, "topic", intended,
 		"reason", reason, "error", cause.Error())
-	p.sink.Send(p.produceCtx, rec, done)
+	p.d.Send(p.produceCtx, rec, done)
 	return nil
 }
 
 // poisonOf says why ev's values cannot become a valid record, if they cannot.
-func poisonOf(ev *decoder.Event) (string, error) {
+func poisonOf(ev *decoder.Event) (DeadLetterReason, error) {
 	if ev.Poison != nil {
-		for _, c := range []struct {
-			err    error
-			reason string
-		}{
-			{decoder.ErrNullAggregateID, "null_aggregate_id"},
-			{decoder.ErrNullField, "null_field"},
-			{decoder.ErrBadHeaders, "bad_headers"},
-			{decoder.ErrBadPayload, "bad_payload"},
-			{decoder.ErrBadTimestamp, "bad_timestamp"},
-			{decoder.ErrBadMessage, "bad_message"},
-			{decoder.ErrUnsupportedValue, "unsupported_value"},
-			{decoder.ErrBadPartition, "bad_partition"},
-		} {
-			if errors.Is(ev.Poison, c.err) {
-				return c.reason, ev.Poison
-			}
-		}
-		return "undecodable", ev.Poison
+		return poisonReason(ev.Poison), ev.Poison
 	}
 	if len(ev.AggregateID) == 0 {
-		return "empty_aggregate_id", errors.New("aggregate id is empty: records of one aggregate need a key to keep their order")
+		return ReasonEmptyAggregateID, errors.New("aggregate id is empty: records of one aggregate need a key to keep their order")
 	}
 	return "", nil
-}
-
-// eosBegin is the pipeline's hook for a transaction's begin.
-func (p *pipeline) eosBegin(ctx context.Context, commitLSN pglogrepl.LSN) error {
-	p.skipping = p.eos.skip(commitLSN)
-	return p.eos.begin(ctx, commitLSN)
-}
-
-// eosDue commits the open Kafka transaction when the commit interval passed
-// and the stream is between Postgres transactions; otherwise the commit
-// waits for the next transaction's end.
-func (p *pipeline) eosDue(ctx context.Context) error {
-	if p.dec.InTxn() {
-		p.eos.overdue = true // committed at this transaction's end
-		return nil
-	}
-	return p.eos.commit(ctx)
 }

@@ -106,7 +106,7 @@ func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakePr
 	failed, fail := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { fail(nil) })
 	var walEnd atomic.Uint64
-	p := &pipeline{dec: dec, tr: tr, sink: prod, onPoison: onPoison, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: r.m,
+	p := &pipeline{dec: dec, tr: tr, d: &atLeastOnce{producer: prod}, onPoison: onPoison, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: r.m,
 		produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel

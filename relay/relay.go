@@ -140,8 +140,9 @@ func Run(ctx context.Context, opts Options) error {
 	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
 		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
 		cur: cur, system: conn.System, confirmed: conn.Start}
+	r.mode = &atLeastOnce{producer: snk, r: r}
 	if opts.ExactlyOnce != nil {
-		r.eos = newTxnProducer(opts, snk, produceCtx, m, log)
+		r.mode = newTxnProducer(opts, snk, produceCtx, m, log)
 	}
 	return r.loop(ctx, conn)
 }
@@ -165,7 +166,7 @@ func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
 			}
 			return nil
 		}
-		if ferr := r.stopIfFenced(err); ferr != nil {
+		if ferr := r.mode.stopIfFenced(err); ferr != nil {
 			return ferr
 		}
 		if err != nil && !reconnectable(err) {
@@ -203,7 +204,7 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy b
 			r.finishBetweenSessions()
 			return nil, nil
 		}
-		if ferr := r.stopIfFenced(err); ferr != nil {
+		if ferr := r.mode.stopIfFenced(err); ferr != nil {
 			return nil, ferr
 		}
 		if !reconnectable(err) {
@@ -211,15 +212,6 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy b
 		}
 		r.log.Warn("reconnect to postgres failed", "slot", r.rcfg.Slot, "error", err, "retry_in", backoff.String())
 	}
-}
-
-// stopIfFenced returns the FencedError that ended the last session when err
-// says that another process holds the slot.
-func (r *runner) stopIfFenced(err error) error {
-	if r.eos == nil || r.eos.fenced == nil || !errors.Is(err, replication.ErrSlotInUse) {
-		return nil
-	}
-	return r.eos.fenced
 }
 
 // deliveryError is a failure of the pipeline (an event that cannot be
@@ -246,7 +238,7 @@ type runner struct {
 	cur           *trackerRef          // r.tr, for the gauges
 	system        replication.Identity // WAL history r.tr's positions belong to
 	confirmed     pglogrepl.LSN        // last position reported to the slot (Run goroutine only)
-	eos           *txnProducer         // exactly-once mode (nil: at-least-once)
+	mode          mode                 // at-least-once or exactly-once
 }
 
 // session streams over one replication connection until ctx is done, the
@@ -261,25 +253,14 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 		_ = conn.Close(context.Background())
 		return err
 	}
-	failed, fail := r.failed, r.fail
-	var prod producer = r.sink
-	if r.eos != nil {
-		hist, err := conn.History(ctx)
-		if err != nil {
-			_ = conn.Close(context.Background())
-			return err
-		}
-		tr, err := r.eos.startSession(conn.System, conn.Start, hist)
-		if err != nil {
-			_ = conn.Close(context.Background())
-			return err
-		}
-		r.tr = tr
-		r.cur.Store(tr)
-		// A failed Kafka transaction ends this session only.
-		failed, fail = context.WithCancelCause(context.Background())
-		defer fail(nil)
-		prod = r.eos
+	sess, err := r.mode.startSession(ctx, conn)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return err
+	}
+	if sess.tr != r.tr {
+		r.tr = sess.tr
+		r.cur.Store(sess.tr)
 	}
 	var stopped atomic.Bool
 	st := conn.NewStream(position{tr: r.tr, sink: r.sink, stopped: &stopped},
@@ -288,8 +269,8 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 			r.m.ready.Set(1)
 			r.sb.streaming()
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, sink: prod, onPoison: r.opts.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
-		walEnd: r.walEnd, failed: failed, fail: fail, eos: r.eos}
+	p := &pipeline{dec: dec, tr: r.tr, d: sess.delivery, onPoison: r.opts.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
+		walEnd: r.walEnd, failed: sess.failed, fail: sess.fail}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		err := st.Run(gctx)
@@ -311,13 +292,5 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	})
 	err = g.Wait()
 	r.confirmed = max(r.confirmed, st.Confirmed())
-	if r.eos != nil {
-		err = r.eos.endSession(err)
-		var fe *FencedError
-		if errors.As(err, &fe) {
-			r.eos.fenced = fe
-			err = &fencedRetry{fe}
-		}
-	}
-	return err
+	return r.mode.endSession(err)
 }

@@ -1,0 +1,78 @@
+package relay
+
+import (
+	"errors"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// DeadLetterReason says why an event went to the dead-letter topic: the
+// walrelay.dlq.reason header of its record and the reason label of
+// walrelay_dead_letters_total. deadLetterReasons is the one list of them.
+type DeadLetterReason string
+
+// The dead-letter reasons.
+const (
+	ReasonNullAggregateID  DeadLetterReason = "null_aggregate_id"
+	ReasonEmptyAggregateID DeadLetterReason = "empty_aggregate_id"
+	ReasonNullField        DeadLetterReason = "null_field"
+	ReasonBadHeaders       DeadLetterReason = "bad_headers"
+	ReasonBadPayload       DeadLetterReason = "bad_payload"
+	ReasonBadTimestamp     DeadLetterReason = "bad_timestamp"
+	ReasonBadMessage       DeadLetterReason = "bad_message"
+	ReasonUnsupportedValue DeadLetterReason = "unsupported_value"
+	ReasonBadPartition     DeadLetterReason = "bad_partition"
+	ReasonUndecodable      DeadLetterReason = "undecodable"
+	ReasonInvalidTopic     DeadLetterReason = "invalid_topic"
+	ReasonTopicRefused     DeadLetterReason = "topic_refused"
+	ReasonTooLarge         DeadLetterReason = "too_large"
+)
+
+// deadLetterRule is one reason and what leads to it: a poison the decoder
+// found in the event's values, or the sink's refusal of the record.
+type deadLetterRule struct {
+	reason  DeadLetterReason
+	poison  error // a decoder poison (decoder.Event.Poison wraps it)
+	refusal error // a sink refusal (*sink.ProduceError wraps it)
+}
+
+// deadLetterReasons is every reason, in the order the pipeline checks them.
+// ReasonUndecodable (another poison) and ReasonEmptyAggregateID (a valid
+// but empty key) have no error of their own.
+var deadLetterReasons = []deadLetterRule{
+	{reason: ReasonNullAggregateID, poison: decoder.ErrNullAggregateID},
+	{reason: ReasonNullField, poison: decoder.ErrNullField},
+	{reason: ReasonBadHeaders, poison: decoder.ErrBadHeaders},
+	{reason: ReasonBadPayload, poison: decoder.ErrBadPayload},
+	{reason: ReasonBadTimestamp, poison: decoder.ErrBadTimestamp},
+	{reason: ReasonBadMessage, poison: decoder.ErrBadMessage},
+	{reason: ReasonUnsupportedValue, poison: decoder.ErrUnsupportedValue},
+	{reason: ReasonBadPartition, poison: decoder.ErrBadPartition, refusal: sink.ErrNoSuchPartition},
+	{reason: ReasonUndecodable},
+	{reason: ReasonEmptyAggregateID},
+	{reason: ReasonInvalidTopic, refusal: sink.ErrInvalidTopic},
+	{reason: ReasonTopicRefused, refusal: sink.ErrTopicRefused},
+	{reason: ReasonTooLarge, refusal: sink.ErrTooLarge},
+}
+
+// poisonReason is the reason of a decoder poison.
+func poisonReason(poison error) DeadLetterReason {
+	for _, r := range deadLetterReasons {
+		if r.poison != nil && errors.Is(poison, r.poison) {
+			return r.reason
+		}
+	}
+	return ReasonUndecodable
+}
+
+// refusalReason is the reason of the sink's refusal err, if it is one that
+// dead-letters the event.
+func refusalReason(err error) (DeadLetterReason, bool) {
+	for _, r := range deadLetterReasons {
+		if r.refusal != nil && errors.Is(err, r.refusal) {
+			return r.reason, true
+		}
+	}
+	return "", false
+}
