@@ -94,6 +94,7 @@ type txnProducer struct {
 	key        string                       // checkpoint key of the cluster and slot
 	timeline   int32                        // the session's timeline, stored with each checkpoint
 	history    []replication.TimelineSwitch // the timeline's ancestors
+	walEnd     pglogrepl.LSN                // the server's WAL end at session start (0: unknown)
 	checkpoint pglogrepl.LSN                // what the last committed checkpoint covers of this history
 	created    bool                         // checkpoint topic ensured
 	needReset  bool                         // franz-go's client may still be in a transaction: replace it
@@ -136,6 +137,7 @@ func (t *txnProducer) startSession(ctx context.Context, conn *replication.Conn) 
 	if err != nil {
 		return session{}, err
 	}
+	t.walEnd = conn.WALEnd
 	tr, err := t.newSession(conn.System, conn.Start, hist)
 	if err != nil {
 		return session{}, err
@@ -263,7 +265,7 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 	t.checkpoint = 0
 	why := "no checkpoint"
 	if ok {
-		t.checkpoint, why = covered(cp, t.timeline, t.history)
+		t.checkpoint, why = covered(cp, t.timeline, t.history, t.walEnd)
 	}
 	t.fenced = nil // this process holds the slot and a current epoch
 	args := []any{"slot", t.slot, "topic", t.topic, "key", t.key, "lsn", t.checkpoint.String(), "found", ok,
@@ -278,15 +280,20 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 }
 
 // covered returns how far checkpoint cp covers the WAL of a server on
-// timeline cur whose ancestors are history: all of cp on cur itself; on an
-// ancestor, no further than where the history left it (positions past that
-// fork were never this server's); nothing on a timeline outside the
-// history (another branch of a restore). A checkpoint without a timeline (an
-// older release's) is taken as it is on timeline 1, the only history a
-// server that never forked has, and covers nothing elsewhere: the
-// transactions between the slot and it are sent again (duplicates, never a
-// loss). why says what was decided when the result is not cp.LSN.
-func covered(cp sink.Checkpoint, cur int32, history []replication.TimelineSwitch) (lsn pglogrepl.LSN, why string) {
+// timeline cur whose ancestors are history and whose WAL ends at walEnd (0:
+// unknown): all of cp on cur itself; on an ancestor, no further than where
+// the history left it (positions past that fork were never this server's);
+// nothing on a timeline outside the history (another branch of a restore),
+// nor past walEnd (a server restored from a copy, on the same timeline, that
+// never wrote that far). A checkpoint without a timeline (an older
+// release's) is taken as it is on timeline 1, the only history a server that
+// never forked has, and covers nothing elsewhere. What is not covered is sent
+// again (duplicates, never a loss). why says what was decided when the
+// result is not cp.LSN.
+func covered(cp sink.Checkpoint, cur int32, history []replication.TimelineSwitch, walEnd pglogrepl.LSN) (lsn pglogrepl.LSN, why string) {
+	if walEnd != 0 && cp.LSN > walEnd {
+		return 0, fmt.Sprintf("the server's WAL ends at %s, before the checkpoint: it was restored from a copy taken earlier", walEnd)
+	}
 	switch {
 	case cp.Timeline == cur, cp.Timeline == 0 && cur == 1:
 		return cp.LSN, ""

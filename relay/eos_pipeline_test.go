@@ -87,6 +87,7 @@ type eosSession struct {
 	ident   replication.Identity
 	history []replication.TimelineSwitch
 	start   pglogrepl.LSN // the slot's position
+	walEnd  pglogrepl.LSN // the server's WAL end (IDENTIFY_SYSTEM); 0: unknown
 }
 
 // run streams msgs (one batch) through a new pipeline, waits until the
@@ -95,6 +96,7 @@ type eosSession struct {
 // does, and returns what the session ended with and the final watermark.
 func (s eosSession) run(t *testing.T, msgs []replication.Message, until pglogrepl.LSN) (error, pglogrepl.LSN) {
 	t.Helper()
+	s.tp.walEnd = s.walEnd
 	tr, err := s.tp.newSession(s.ident, s.start, s.history)
 	if err != nil {
 		t.Fatal(err)
@@ -214,20 +216,22 @@ func TestEOSCheckpointOfAnotherTimelineSkipsNothingAfterTheFork(t *testing.T) {
 	second := w.txn("b", 2)  // after the fork
 	hist := []replication.TimelineSwitch{{Timeline: 1, Switch: fork}}
 	for _, tc := range []struct {
-		name string
-		cp   sink.Checkpoint
-		skip []bool // of the two transactions
+		name   string
+		cp     sink.Checkpoint
+		walEnd pglogrepl.LSN
+		skip   []bool // of the two transactions
 	}{
-		{"timeline 1, past the fork", sink.Checkpoint{LSN: second + 0x1000, Timeline: 1}, []bool{true, false}},
-		{"timeline 1, before the fork", sink.Checkpoint{LSN: w.ends[0], Timeline: 1}, []bool{true, false}},
-		{"timeline 2", sink.Checkpoint{LSN: w.ends[1], Timeline: 2}, []bool{true, true}},
-		{"timeline 3 (another branch)", sink.Checkpoint{LSN: second + 0x1000, Timeline: 3}, []bool{false, false}},
-		{"no timeline (older release)", sink.Checkpoint{LSN: second + 0x1000}, []bool{false, false}},
+		{"timeline 1, past the fork", sink.Checkpoint{LSN: second + 0x1000, Timeline: 1}, 0, []bool{true, false}},
+		{"timeline 1, before the fork", sink.Checkpoint{LSN: w.ends[0], Timeline: 1}, 0, []bool{true, false}},
+		{"timeline 2", sink.Checkpoint{LSN: w.ends[1], Timeline: 2}, 0, []bool{true, true}},
+		{"timeline 2, past the server's WAL end (a restored copy)", sink.Checkpoint{LSN: w.ends[1] + 0x1000, Timeline: 2}, w.ends[1] + 0x100, []bool{false, false}},
+		{"timeline 3 (another branch)", sink.Checkpoint{LSN: second + 0x1000, Timeline: 3}, 0, []bool{false, false}},
+		{"no timeline (older release)", sink.Checkpoint{LSN: second + 0x1000}, 0, []bool{false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeTxnSink{checkpoint: tc.cp}
 			tp := quietTxnProducer(f, 100, 1000)
-			err, _ := eosSession{tp: tp, ident: replication.Identity{SystemID: "1", Timeline: 2}, history: hist}.run(t, w.after(0), w.ends[1])
+			err, _ := eosSession{tp: tp, ident: replication.Identity{SystemID: "1", Timeline: 2}, history: hist, walEnd: tc.walEnd}.run(t, w.after(0), w.ends[1])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,6 +39,7 @@ func (c *Conn) identify(ctx context.Context) error {
 		return fmt.Errorf("identify system: unexpected answer (system id %q, timeline %d)", res.SystemID, res.Timeline)
 	}
 	c.System = Identity{SystemID: res.SystemID, Timeline: res.Timeline}
+	c.WALEnd = res.XLogPos
 	return nil
 }
 

@@ -318,6 +318,10 @@ type Conn struct {
 	// System is the server's system identifier and timeline when the
 	// connection opened.
 	System Identity
+	// WALEnd is how far the server had flushed WAL when the connection
+	// opened (IDENTIFY_SYSTEM's xlogpos): no position of its history lies
+	// beyond it yet.
+	WALEnd pglogrepl.LSN
 }
 
 // Open connects with replication=database, checks the prerequisites, creates
