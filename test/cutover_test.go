@@ -460,13 +460,19 @@ func (s *cutScenario) startWalrelayOn(slot, publication string, extra ...string)
 
 // slotConfirmed reads a slot's confirmed_flush_lsn (0 when missing).
 func (s *cutScenario) slotConfirmed(slot string) (lsn, bool) {
+	si, ok := s.slotInfo(slot)
+	return si.confirmed, ok
+}
+
+// slotInfo reads a slot's row; false when it is missing.
+func (s *cutScenario) slotInfo(slot string) (slotInfo, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	si, err := querySlot(ctx, s.t, s.env.pgDSN, slot)
 	if err != nil {
 		s.t.Fatalf("slot %s: %v", slot, err)
 	}
-	return si.confirmed, si.exists
+	return si, si.exists
 }
 
 // delivered counts the records in the scenario's topics.
@@ -680,16 +686,8 @@ func testCutoverGapless(t *testing.T, env *testEnv, cw *connectWorker) {
 	s, stopWriters, p := busyStart(t, env, cw, "gap")
 
 	// 1. walrelay cutover, in the background: it creates the slot, then waits.
-	type exit struct {
-		code int
-		out  string
-	}
-	done := make(chan exit, 1)
 	cutStart := time.Now()
-	go func() {
-		code, out := s.walrelay(3*time.Minute, s.cutoverArgs("--timeout", "150s")...)
-		done <- exit{code, out}
-	}()
+	done := s.walrelayAsync(3*time.Minute, s.cutoverArgs("--timeout", "150s")...)
 	var start lsn
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		if l, ok := s.slotConfirmed(s.name); ok && l != 0 {
@@ -711,7 +709,7 @@ func testCutoverGapless(t *testing.T, env *testEnv, cw *connectWorker) {
 	// Writers go on, slower than throttled Debezium, so that it can catch up.
 	p.set(100 * time.Millisecond)
 
-	var res exit
+	var res cutExit
 	select {
 	case res = <-done:
 	case <-time.After(4 * time.Minute):
@@ -883,6 +881,116 @@ func testCutoverIdleAllTables(t *testing.T, env *testEnv, cw *connectWorker) {
 	if len(msgTopics) != 0 {
 		t.Errorf("the nudge message became Debezium records in %v despite message.prefix.exclude.list", msgTopics)
 	}
+}
+
+// cutExit is how a walrelay command the test ran ended.
+type cutExit struct {
+	code int
+	out  string
+}
+
+// walrelayAsync runs a walrelay subcommand in the background; its end arrives on the
+// channel.
+func (s *cutScenario) walrelayAsync(timeout time.Duration, args ...string) <-chan cutExit {
+	done := make(chan cutExit, 1)
+	go func() {
+		code, out := s.walrelay(timeout, args...)
+		done <- cutExit{code, out}
+	}()
+	return done
+}
+
+// TestCutoverChecksWalrelaySlot: `walrelay cutover` never says it is safe to stop
+// Debezium, and --drop-from-slot never drops Debezium's slot, unless walrelay's own slot
+// still exists, is valid and starts at or before walrelay's start L. Debezium's slot is
+// a plain pgoutput slot here that the test moves past L with pg_replication_slot_advance,
+// as Debezium's offset commits would (no Debezium needed); the first subtest shows that
+// this is enough for cutover to say "safe" when walrelay's slot is left alone.
+func TestCutoverChecksWalrelaySlot(t *testing.T) {
+	env := requireEnv(t)
+	// waiting starts cutover with a fake Debezium slot below walrelay's start, lets
+	// change mutate walrelay's slot once cutover created it and let it go, then moves
+	// Debezium's slot past the start and returns how cutover ended.
+	waiting := func(t *testing.T, short string, change func(s *cutScenario)) (*cutScenario, cutExit) {
+		s := newCutScenario(t, env, nil, short)
+		pgExec(t, env.pgDSN, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.dbzSlot)
+		done := s.walrelayAsync(2*time.Minute, s.cutoverArgs("--timeout", "60s")...)
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			// Created and released (cutover closed its replication connection): it waits.
+			if si, ok := s.slotInfo(s.name); ok && si.confirmed != 0 && si.activePID == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("walrelay cutover did not create and release its slot within 90s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		change(s)
+		// A transaction after walrelay's start, then Debezium's slot past it.
+		pgExec(t, env.pgDSN, "SELECT pg_logical_emit_message(true, 'e2e.cutover', 'past walrelay start')")
+		pgExec(t, env.pgDSN, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", s.dbzSlot)
+		select {
+		case res := <-done:
+			if _, ok := s.slotConfirmed(s.dbzSlot); !ok {
+				t.Errorf("Debezium's slot %s is gone after cutover", s.dbzSlot)
+			}
+			return s, res
+		case <-time.After(3 * time.Minute):
+			t.Fatal("walrelay cutover did not return")
+		}
+		return nil, cutExit{}
+	}
+	refused := func(t *testing.T, res cutExit, what, want string) {
+		t.Helper()
+		if res.code != 1 || strings.Contains(res.out, "safe to stop Debezium") || !strings.Contains(res.out, want) {
+			t.Errorf("cutover after %s: exit %d, want 1 with %q and no \"safe to stop Debezium\"", what, res.code, want)
+		}
+	}
+
+	t.Run("intact", func(t *testing.T) {
+		_, res := waiting(t, "ok", func(*cutScenario) {})
+		if res.code != 0 || !strings.Contains(res.out, "safe to stop Debezium") {
+			t.Errorf("cutover with walrelay's slot intact: exit %d, want 0 with \"safe to stop Debezium\"", res.code)
+		}
+	})
+	t.Run("dropped-while-waiting", func(t *testing.T) {
+		_, res := waiting(t, "drop", func(s *cutScenario) {
+			pgExec(t, env.pgDSN, "SELECT pg_drop_replication_slot($1)", s.name)
+		})
+		refused(t, res, "walrelay's slot was dropped", "was dropped while waiting")
+	})
+	t.Run("moved-past-start-while-waiting", func(t *testing.T) {
+		// A slot consumed past L, or dropped and created again later, would not relay
+		// what committed between L and its position.
+		_, res := waiting(t, "moved", func(s *cutScenario) {
+			pgExec(t, env.pgDSN, "SELECT pg_logical_emit_message(true, 'e2e.cutover', 'moves walrelay slot')")
+			pgExec(t, env.pgDSN, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", s.name)
+		})
+		refused(t, res, "walrelay's slot moved past its start", "past walrelay's start")
+	})
+	t.Run("drop-from-slot-without-walrelay-slot", func(t *testing.T) {
+		s := newCutScenario(t, env, nil, "dropfrom")
+		var startText string
+		if err := pgPool(t, env.pgDSN).scan(context.Background(), "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+			[]any{s.dbzSlot}, &startText); err != nil {
+			t.Fatalf("create Debezium's slot: %v", err)
+		}
+		pgExec(t, env.pgDSN, "SELECT pg_logical_emit_message(true, 'e2e.cutover', 'past start')")
+		pgExec(t, env.pgDSN, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", s.dbzSlot)
+		args := s.cutoverArgs("--drop-from-slot", "--start-lsn", startText)
+		code, out := s.walrelay(time.Minute, args...)
+		if _, ok := s.slotConfirmed(s.dbzSlot); code != 1 || !ok || !strings.Contains(out, "does not exist") {
+			t.Fatalf("--drop-from-slot without walrelay's slot: exit %d, Debezium's slot kept %v; want exit 1, kept, and why", code, ok)
+		}
+		// With walrelay's slot in place the same command drops it.
+		pgExec(t, env.pgDSN, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.name)
+		if code, out := s.walrelay(time.Minute, args...); code != 0 || !strings.Contains(out, "dropped slot") {
+			t.Fatalf("--drop-from-slot with walrelay's slot: exit %d, want 0", code)
+		}
+		if _, ok := s.slotConfirmed(s.dbzSlot); ok {
+			t.Fatalf("Debezium's slot %s still exists after --drop-from-slot", s.dbzSlot)
+		}
+	})
 }
 
 type dsnParts struct{ host, port, user, password, dbname string }

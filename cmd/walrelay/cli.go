@@ -26,13 +26,6 @@ func badFlags(stderr io.Writer, cmd string, err error) int {
 	return ExitConfig
 }
 
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	l, err := config.ParseLevel(level)
 	if err != nil {

@@ -21,11 +21,13 @@ const cutoverUsage = `Usage: walrelay cutover --from-slot <debezium slot> [flags
 Takes over from a running Debezium outbox connector without a gap:
   1. creates walrelay's publication (when missing) and slot, and prints its start LSN;
   2. waits until --from-slot has confirmed that position (Debezium delivered and
-     committed everything before it), printing both positions;
+     committed everything before it), printing both positions; it stops with
+     exit 1 if walrelay's slot is dropped, invalidated or moved meanwhile;
   3. says it is safe to stop Debezium and exits 0. It stops nothing itself.
-Then stop Debezium, start walrelay run with the same --slot/--publication/--table,
-and drop Debezium's slot with
+Then stop Debezium, start walrelay run with the same --slot/--publication/--table
+and --create-slot=false, and drop Debezium's slot with
   walrelay cutover --from-slot <debezium slot> --drop-from-slot --start-lsn <printed LSN>
+which refuses while Debezium runs or walrelay's slot is missing or invalidated.
 Events committed between walrelay's start and Debezium's stop arrive twice:
 consumers deduplicate on the id header. See docs/migrating-from-debezium.md.
 
@@ -70,20 +72,46 @@ type cutoverSlot struct {
 	Active    bool
 	Confirmed pglogrepl.LSN
 	WALStatus string
-	WALEnd    pglogrepl.LSN // pg_current_wal_lsn() at the time of the read
+	// InvalidationReason is pg_replication_slots.invalidation_reason
+	// (Postgres 17+); Conflicting is its conflicting column (Postgres 16+).
+	// Both are empty where the server has no such column.
+	InvalidationReason string
+	Conflicting        bool
+	WALEnd             pglogrepl.LSN // pg_current_wal_lsn() at the time of the read
+}
+
+// invalidated says why Postgres invalidated the slot ("" while it is valid):
+// wal_status lost (the WAL it needed was removed), an invalidation reason,
+// or a conflict with recovery on a standby.
+func (s cutoverSlot) invalidated() string {
+	switch {
+	case s.WALStatus == "lost":
+		return "wal_status lost"
+	case s.InvalidationReason != "":
+		return "invalidation_reason " + s.InvalidationReason
+	case s.Conflicting:
+		return "conflicting with recovery"
+	}
+	return ""
 }
 
 // ErrSlotMissing reports that a slot cutover needs does not exist.
 var ErrSlotMissing = errors.New("replication slot does not exist")
+
+// slotQuery reads one slot. invalidation_reason and conflicting are read
+// through to_jsonb, which yields NULL for a column the server does not have,
+// so one query serves every Postgres version.
+const slotQuery = `SELECT coalesce(plugin, ''), slot_type = 'logical', coalesce(database = current_database(), false), active,
+	coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(wal_status, ''), pg_current_wal_lsn()::text,
+	coalesce(to_jsonb(s)->>'invalidation_reason', ''), coalesce(to_jsonb(s)->>'conflicting', '')
+	FROM pg_replication_slots s WHERE slot_name = `
 
 func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (cutoverSlot, error) {
 	esc, err := conn.EscapeString(name)
 	if err != nil {
 		return cutoverSlot{}, err
 	}
-	res, err := conn.Exec(ctx, `SELECT coalesce(plugin, ''), slot_type = 'logical', coalesce(database = current_database(), false), active,
-		coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(wal_status, ''), pg_current_wal_lsn()::text
-		FROM pg_replication_slots WHERE slot_name = '`+esc+`'`).ReadAll()
+	res, err := conn.Exec(ctx, slotQuery+"'"+esc+"'").ReadAll()
 	if err != nil {
 		return cutoverSlot{}, fmt.Errorf("read slot %s: %w", name, err)
 	}
@@ -92,7 +120,7 @@ func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (cutoverSlo
 	}
 	r := res[0].Rows[0]
 	s := cutoverSlot{Plugin: string(r[0]), Logical: string(r[1]) == "t", SameDB: string(r[2]) == "t", Active: string(r[3]) == "t",
-		WALStatus: string(r[5])}
+		WALStatus: string(r[5]), InvalidationReason: string(r[7]), Conflicting: string(r[8]) == "true"}
 	if s.Confirmed, err = pglogrepl.ParseLSN(string(r[4])); err != nil {
 		return cutoverSlot{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, r[4], err)
 	}
@@ -110,10 +138,70 @@ func checkFromSlot(name string, s cutoverSlot) error {
 		return fmt.Errorf("slot %q is not a logical replication slot", name)
 	case !s.SameDB:
 		return fmt.Errorf("slot %q belongs to another database: connect --postgres-dsn to the database Debezium captures", name)
-	case s.WALStatus == "lost":
-		return fmt.Errorf("slot %q was invalidated (wal_status lost): the WAL it still needed is gone, so Debezium cannot deliver what it had not read; reconcile the outbox rows since its position by hand", name)
+	case s.invalidated() != "":
+		return fmt.Errorf("slot %q was invalidated (%s): the WAL it still needed is gone, so Debezium cannot deliver what it had not read; reconcile the outbox rows since its position by hand", name, s.invalidated())
 	}
 	return nil
+}
+
+// ownSlotPhase is the step of the cutover at which walrelay's slot is checked.
+type ownSlotPhase int
+
+const (
+	// waitPhase: cutover waits for Debezium; nothing streams from walrelay's
+	// slot yet, so its confirmed position is still its start.
+	waitPhase ownSlotPhase = iota
+	// dropPhase: --drop-from-slot, with walrelay run streaming from its slot.
+	dropPhase
+)
+
+// checkOwnSlot says why walrelay's slot (name, as read with readErr) no
+// longer takes over from Debezium at start, or nil while it does. Debezium's
+// slot may go only while walrelay's covers every transaction committed after
+// start: it must exist, be valid, and begin at or before start.
+//
+// "Begin" is confirmed_flush_lsn, not restart_lsn: walrelay streams from the
+// slot's confirmed_flush_lsn (replication.Open's Start, the consistent point
+// of a new slot) and Postgres sends exactly the transactions that commit after
+// it. restart_lsn is only where decoding starts reading WAL, at or below
+// confirmed_flush_lsn (far below it while a long transaction was open), so a
+// slot created again after start can have a restart_lsn at or before start and
+// still skip every commit between start and its confirmed_flush_lsn.
+//
+// In the drop phase walrelay run has moved the position past start, and
+// pg_replication_slots keeps no record of where a slot began, so there only
+// existence and validity can be checked; DropFromSlot compares Debezium's
+// slot with the confirmed position itself when --start-lsn is not given.
+func checkOwnSlot(name string, s cutoverSlot, readErr error, start pglogrepl.LSN, phase ownSlotPhase, from string) error {
+	if readErr != nil && !errors.Is(readErr, ErrSlotMissing) {
+		return fmt.Errorf("walrelay's slot: %w", readErr)
+	}
+	again := "run walrelay cutover again (it waits for Debezium to reach walrelay's slot's new start)"
+	var problem string
+	switch {
+	case readErr != nil && phase == waitPhase:
+		problem = "was dropped while waiting"
+	case readErr != nil:
+		problem = "does not exist"
+	case !s.Logical || !s.SameDB || s.Plugin != "pgoutput":
+		problem = fmt.Sprintf("is no longer a pgoutput logical slot of this database (plugin %q)", s.Plugin)
+		again = fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) and %s", name, again)
+	case s.invalidated() != "":
+		problem = fmt.Sprintf("was invalidated (%s): the WAL it still needed is gone", s.invalidated())
+		again = fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')), raise max_slot_wal_keep_size and %s", name, again)
+	case phase == waitPhase && s.Confirmed > start:
+		problem = fmt.Sprintf("is at %s, past walrelay's start %s: it was created again or something streamed from it", s.Confirmed, start)
+		again += " and start walrelay run only after it says safe"
+	default:
+		return nil
+	}
+	if phase == waitPhase {
+		return fmt.Errorf("walrelay's slot %s %s, so walrelay would not relay everything committed after %s; Debezium keeps running and its slot %s stays: %s",
+			name, problem, start, from, again)
+	}
+	return fmt.Errorf("walrelay's slot %s %s, so walrelay may not relay everything committed after Debezium's position; kept %s, which holds it: "+
+		"run walrelay on it instead (walrelay run --slot %s --create-slot=false --publication <Debezium's publication.name> --create-publication=false; "+
+		"see docs/migrating-from-debezium.md)", name, problem, from, from)
 }
 
 // cutoverProgress is one line of progress: where the old slot is, and how
@@ -203,6 +291,14 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 		if err != nil {
 			return err
 		}
+		if err := checkFromSlot(cfg.FromSlot, s); err != nil {
+			return err
+		}
+		// Read after Debezium's slot, so "safe" below holds for both reads.
+		own, err := readSlot(ctx, conn, cfg.Slot)
+		if err := checkOwnSlot(cfg.Slot, own, err, start, waitPhase, cfg.FromSlot); err != nil {
+			return err
+		}
 		moved := s.Confirmed != last
 		if moved {
 			last, lastMove = s.Confirmed, time.Now()
@@ -210,7 +306,7 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 		if s.Confirmed >= start {
 			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
 			fmt.Fprintf(out, "safe to stop Debezium now: it delivered everything committed before %s.\n"+
-				"next: 1. stop the Debezium connector; 2. start walrelay run --slot %s --publication %s;\n"+
+				"next: 1. stop the Debezium connector; 2. start walrelay run --slot %s --publication %s --create-slot=false;\n"+
 				"      3. walrelay cutover --from-slot %s --drop-from-slot --start-lsn %s\n"+
 				"events committed between %s and Debezium's stop arrive twice: deduplicate on the id header\n",
 				start, cfg.Slot, cfg.Publication, cfg.FromSlot, start, start)
@@ -239,7 +335,8 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 }
 
 // DropFromSlot drops cfg.FromSlot after a second check: it must be inactive
-// (the old system stopped) and confirmed at or past walrelay's start.
+// (the old system stopped) and confirmed at or past walrelay's start, and
+// walrelay's slot must still exist and be valid (checkOwnSlot).
 func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -252,15 +349,15 @@ func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	if err := checkFromSlot(cfg.FromSlot, from); err != nil && from.WALStatus != "lost" {
+	if err := checkFromSlot(cfg.FromSlot, from); err != nil && from.invalidated() == "" {
+		return err
+	}
+	own, err := readSlot(cctx, conn, cfg.Slot)
+	if err := checkOwnSlot(cfg.Slot, own, err, cfg.StartLSN, dropPhase, cfg.FromSlot); err != nil {
 		return err
 	}
 	start := cfg.StartLSN
 	if start == 0 {
-		own, err := readSlot(cctx, conn, cfg.Slot)
-		if err != nil {
-			return fmt.Errorf("walrelay's slot: %w (pass --start-lsn)", err)
-		}
 		start = own.Confirmed
 	}
 	if err := dropVerdict(cfg.FromSlot, from, start, cfg.StartLSN != 0); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -143,5 +144,56 @@ func TestCutoverProgressAndHints(t *testing.T) {
 	}
 	if got := stallHint("dbz", cutoverSlot{}, true); !strings.Contains(got, "--slot dbz --create-slot=false") {
 		t.Errorf("inactive stall hint: %q", got)
+	}
+}
+
+// TestCheckOwnSlot: Debezium's slot may only be given up while walrelay's own
+// slot exists, is valid, and (while cutover waits, before anything streams
+// from it) is still at walrelay's start.
+func TestCheckOwnSlot(t *testing.T) {
+	const start = pglogrepl.LSN(1000)
+	ok := cutoverSlot{Plugin: "pgoutput", Logical: true, SameDB: true, Confirmed: start}
+	with := func(f func(*cutoverSlot)) cutoverSlot { s := ok; f(&s); return s }
+	missing := fmt.Errorf("slot %q: %w", "walrelay", ErrSlotMissing)
+	tests := []struct {
+		name  string
+		s     cutoverSlot
+		err   error
+		phase ownSlotPhase
+		want  string // "" when the slot still takes over at start
+	}{
+		{"waiting, at start", ok, nil, waitPhase, ""},
+		{"waiting, below start", with(func(s *cutoverSlot) { s.Confirmed = start - 1 }), nil, waitPhase, ""},
+		{"waiting, past start", with(func(s *cutoverSlot) { s.Confirmed = start + 1 }), nil, waitPhase, "past walrelay's start 0/3E8"},
+		{"waiting, dropped", cutoverSlot{}, missing, waitPhase, "was dropped while waiting"},
+		{"waiting, wal lost", with(func(s *cutoverSlot) { s.WALStatus = "lost" }), nil, waitPhase, "invalidated (wal_status lost)"},
+		{"waiting, invalidation reason", with(func(s *cutoverSlot) { s.InvalidationReason = "rows_removed" }), nil, waitPhase,
+			"invalidated (invalidation_reason rows_removed)"},
+		{"waiting, conflicting", with(func(s *cutoverSlot) { s.Conflicting = true }), nil, waitPhase, "conflicting with recovery"},
+		{"waiting, replaced by another plugin", with(func(s *cutoverSlot) { s.Plugin = "test_decoding" }), nil, waitPhase, "no longer a pgoutput"},
+		{"waiting, read failed", cutoverSlot{}, errors.New("conn closed"), waitPhase, "conn closed"},
+		{"drop, streamed past start", with(func(s *cutoverSlot) { s.Confirmed = start + 5000; s.Active = true }), nil, dropPhase, ""},
+		{"drop, missing", cutoverSlot{}, missing, dropPhase, "does not exist"},
+		{"drop, invalidated", with(func(s *cutoverSlot) { s.WALStatus = "lost" }), nil, dropPhase, "invalidated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkOwnSlot("walrelay", tc.s, tc.err, start, tc.phase, "dbz")
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("checkOwnSlot = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("checkOwnSlot = %v, want %q", err, tc.want)
+			}
+			// Past a failed read: one line naming Debezium's slot and what to run next.
+			msg := err.Error()
+			next := strings.Contains(msg, "cutover again") || strings.Contains(msg, "run walrelay on it")
+			if (tc.err == nil || errors.Is(tc.err, ErrSlotMissing)) && (strings.Contains(msg, "\n") || !strings.Contains(msg, "dbz") || !next) {
+				t.Errorf("message %q: want one line naming Debezium's slot and what to run", msg)
+			}
+		})
 	}
 }

@@ -70,23 +70,29 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			fmt.Fprint(fs.Output(), commandUsage[cmd])
 			fs.PrintDefaults()
 		}
-		dsn := fs.String("postgres-dsn", getenv("WALRELAY_POSTGRES_DSN"), "Postgres connection (env WALRELAY_POSTGRES_DSN)")
-		dsnFile := fs.String("postgres-dsn-file", getenv("WALRELAY_POSTGRES_DSN_FILE"), "file holding the Postgres DSN (env WALRELAY_POSTGRES_DSN_FILE)")
-		table := fs.String("table", envOr(getenv, "WALRELAY_TABLE", "public.outbox"), "outbox table, schema.name (env WALRELAY_TABLE)")
-		slot := fs.String("slot", envOr(getenv, "WALRELAY_SLOT", "walrelay"), "replication slot (env WALRELAY_SLOT)")
+		// Built-in defaults only: the environment is applied after parsing, so
+		// -h never shows a value from it (see config.ParseFlagsEnv).
+		dsn := fs.String("postgres-dsn", "", "Postgres connection (env WALRELAY_POSTGRES_DSN)")
+		dsnFile := fs.String("postgres-dsn-file", "", "file holding the Postgres DSN (env WALRELAY_POSTGRES_DSN_FILE)")
+		table := fs.String("table", "public.outbox", "outbox table, schema.name (env WALRELAY_TABLE)")
+		slot := fs.String("slot", "walrelay", "replication slot (env WALRELAY_SLOT)")
 		var partitioned *bool
 		if cmd == "migrate" {
-			partitioned = fs.Bool("partitioned", getenv("WALRELAY_PARTITIONED") == "true",
+			partitioned = fs.Bool("partitioned", false,
 				"create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
 		}
-		if err := config.ParseFlags(fs, rest, stdout); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return ExitOK
-			}
+		err := config.ParseFlagsEnv(fs, rest, getenv, stdout)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return ExitOK
+		case config.IsUsage(err):
 			return badFlags(stderr, cmd, err)
 		}
 		log := newLogger(stderr, "info", "json")
-		if err := config.ReadSecretFile("postgres-dsn", *dsnFile, dsn); err != nil {
+		if err == nil {
+			err = config.ReadSecretFile("postgres-dsn", *dsnFile, dsn)
+		}
+		if err != nil {
 			log.Error("invalid configuration", "error", err.Error())
 			return ExitConfig
 		}
@@ -94,7 +100,6 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			log.Error("invalid configuration", "error", (&config.Error{Key: "postgres-dsn", Err: errors.New("required")}).Error())
 			return ExitConfig
 		}
-		var err error
 		if cmd == "migrate" {
 			err = migrate(ctx, *dsn, *table, *partitioned, log)
 		} else {

@@ -233,7 +233,9 @@ func Load(name, usage string, args []string, getenv func(string) string, help io
 		cfg.Procs = 0 // Go's own variable, when set, wins over the default
 	}
 	fs := newFlagSet(name, usage)
-	configFile := fs.String("config", getenv("WALRELAY_CONFIG"), "YAML config file (keys as the flags, with _ for -)")
+	// No flag default comes from the environment: -h prints the defaults,
+	// and an environment value may be a secret.
+	configFile := fs.String("config", "", "YAML config file (keys as the flags, with _ for -) (env WALRELAY_CONFIG)")
 	// Flags are parsed into a scratch Config first, then applied last.
 	scratch := Defaults()
 	for _, s := range scratch.settings() {
@@ -241,6 +243,9 @@ func Load(name, usage string, args []string, getenv func(string) string, help io
 	}
 	if err := ParseFlags(fs, args, help); err != nil {
 		return Config{}, err
+	}
+	if !setFlags(fs)["config"] {
+		*configFile = getenv("WALRELAY_CONFIG")
 	}
 	byName := map[string]setting{}
 	for _, s := range cfg.settings() {

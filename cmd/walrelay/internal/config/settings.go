@@ -102,21 +102,43 @@ func newFlagSet(name, usage string) *flag.FlagSet {
 	return fs
 }
 
-// load sets settings from the environment, then from the flags in args
-// (name and usage are the command's, for -h). The caller validates.
-func load(name, usage string, settings []setting, args []string, getenv func(string) string, help io.Writer) error {
-	for _, s := range settings {
-		if v := getenv(s.env()); v != "" {
-			if err := s.value.Set(v); err != nil {
-				return &Error{Key: s.name, Source: "env " + s.env(), Err: err}
+// ParseFlagsEnv parses args into fs like ParseFlags, then sets every flag
+// the command line left unset from its WALRELAY_* variable (EnvName of the
+// flag's name), so the command line wins over the environment. The
+// environment is read only after parsing: what -h prints as a flag's default
+// is the built-in default, never a value from the environment, which may be a
+// secret (a DSN with its password).
+func ParseFlagsEnv(fs *flag.FlagSet, args []string, getenv func(string) string, help io.Writer) error {
+	if err := ParseFlags(fs, args, help); err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(EnvName(f.Name)); v != "" && !set[f.Name] && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = &Error{Key: f.Name, Source: "env " + EnvName(f.Name), Err: e}
 			}
 		}
-	}
+	})
+	return err
+}
+
+// setFlags reports the flags the command line set.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// load sets settings from the flags in args, then the environment under them
+// (name and usage are the command's, for -h). The caller validates.
+func load(name, usage string, settings []setting, args []string, getenv func(string) string, help io.Writer) error {
 	fs := newFlagSet(name, usage)
 	for _, s := range settings {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
 	}
-	return ParseFlags(fs, args, help)
+	return ParseFlagsEnv(fs, args, getenv, help)
 }
 
 // ReadSecretFile sets *dst to the contents of path (without trailing
