@@ -268,8 +268,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 // meanwhile: the stream stops at the in-flight cap, as when produce requests
 // are retried, and the watermark stays before ev.
 func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt int, err error) error {
-	wait := kafkaRetryMin << min(attempt-1, 10)
-	wait = min(wait, kafkaRetryMax)
+	wait := jitter(min(kafkaRetryMin<<min(attempt-1, 10), kafkaRetryMax))
 	p.m.kafkaRetries.Inc()
 	var topic string
 	var pe *sink.ProduceError

@@ -18,24 +18,6 @@ import (
 	"github.com/walrelay/walrelay/sink"
 )
 
-// Reconnect backoff bounds.
-const (
-	backoffMin = 500 * time.Millisecond
-	backoffMax = 30 * time.Second
-)
-
-// resetBackoff returns the wait before the next reconnect: back to backoffMin
-// after a session that streamed for longer than the wait before it (a
-// Postgres restart every few seconds is then met at once each time), else
-// wait unchanged, so a connection that keeps failing, or failing right after
-// it starts, is retried less and less often.
-func resetBackoff(wait time.Duration, streamed bool, lasted time.Duration) time.Duration {
-	if streamed && lasted > wait {
-		return backoffMin
-	}
-	return wait
-}
-
 // position adapts the tracker and sink to replication.Position.
 type position struct {
 	tr      *checkpoint.Tracker
@@ -151,7 +133,7 @@ func Run(ctx context.Context, opts Options) error {
 // ended with a retryable failure, until ctx is done (nil) or a failure it
 // must not retry.
 func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
-	backoff := backoffMin
+	bo := newBackoff()
 	for {
 		start := time.Now()
 		err := r.session(ctx, conn)
@@ -173,18 +155,21 @@ func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
 			return err
 		}
 		r.tr.Abort() // the half-read transaction is read again from the slot
-		backoff = resetBackoff(backoff, streamed, time.Since(start))
-		wait, standingBy := r.sb.after(err, backoff)
-		if conn, err = r.reconnect(ctx, wait, standingBy, &backoff); conn == nil {
+		now := time.Now()
+		bo.sessionEnded(streamed, now.Sub(start), now)
+		wait, _ := r.sb.after(err, bo.next(err, now))
+		if conn, err = r.reconnect(ctx, wait, bo); conn == nil {
 			return err // nil: ctx ended and the final position was confirmed
 		}
 	}
 }
 
-// reconnect waits (wait first, then the growing backoff) and opens a new
-// replication connection, until one opens, ctx ends (nil, nil: the final
-// position was confirmed) or a failure that must not be retried.
-func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy bool, backoff *time.Duration) (*replication.Conn, error) {
+// reconnect waits (wait first, then as bo says after each failed attempt)
+// and opens a new replication connection, until one opens, ctx ends (nil,
+// nil: the final position was confirmed) or a failure that must not be
+// retried. It warns on the first failed attempt and then every 30s.
+func (r *runner) reconnect(ctx context.Context, wait time.Duration, bo *backoff) (*replication.Conn, error) {
+	var warned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,10 +177,6 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy b
 			return nil, nil
 		case <-time.After(wait):
 		}
-		if !standingBy {
-			*backoff = min(*backoff*2, backoffMax)
-		}
-		wait, standingBy = *backoff, false
 		conn, err := replication.Open(ctx, r.rcfg)
 		if err == nil {
 			return conn, nil
@@ -210,7 +191,14 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, standingBy b
 		if !reconnectable(err) {
 			return nil, err
 		}
-		r.log.Warn("reconnect to postgres failed", "slot", r.rcfg.Slot, "error", err, "retry_in", backoff.String())
+		now := time.Now()
+		wait = bo.next(err, now)
+		if now.Sub(warned) >= 30*time.Second {
+			warned = now
+			r.log.Warn("reconnect to postgres failed", "slot", r.rcfg.Slot, "error", err, "retry_in", wait.Round(time.Millisecond).String())
+		} else {
+			r.log.Debug("reconnect to postgres failed", "slot", r.rcfg.Slot, "error", err, "retry_in", wait.Round(time.Millisecond).String())
+		}
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 // walrelay for fast failover), the instance is a standby: it tries the slot
 // again every interval — a short fixed wait, not the reconnect backoff, so
 // that it takes over within about interval after the active instance died —
-// and says so once per standby period, not on every try. Other failures use
-// the reconnect backoff.
+// and says so once per standby period, not on every try. The interval is
+// jittered, so that standbys of one slot do not try it in lockstep. Other
+// failures use the reconnect backoff.
 //
 // after is called from the Run goroutine; streaming may be called from the
 // stream's goroutine. Both are safe to call concurrently.
@@ -49,7 +50,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 			s.log.Debug("replication slot still in use; standing by", "slot", s.slot, "error", err)
 		}
 		s.m.setRole(roleStandby)
-		return s.interval, true
+		return jitter(s.interval), true
 	}
 	s.since = time.Time{}
 	s.m.setRole("")

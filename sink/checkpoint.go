@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -185,7 +186,7 @@ func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time
 	wait := checkpointRetryMin
 	retry := func(cause error) error {
 		r.known = false
-		t := time.NewTimer(wait)
+		t := time.NewTimer(wait*4/5 + rand.N(wait*2/5)) // jittered: readers of a fleet spread out
 		defer t.Stop()
 		wait = min(2*wait, checkpointRetryMax)
 		select {
