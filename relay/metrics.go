@@ -19,6 +19,8 @@ import (
 // (at 0) from the first scrape: rate() and increase() then see the first
 // event, and alerts on "the first dead letter" fire.
 var (
+	// filteredReasons are the decoder's KindFiltered reasons.
+	filteredReasons = []string{decoder.ReasonFilteredEventType, decoder.ReasonFilteredAggregateType}
 	// ignoredReasons are the decoder's KindIgnored reasons.
 	ignoredReasons = []string{decoder.ReasonUpdate, decoder.ReasonDelete, decoder.ReasonTruncate,
 		decoder.ReasonNonTransactional, decoder.ReasonForeignMessage, decoder.ReasonUnmappedTable}
@@ -46,6 +48,7 @@ type metrics struct {
 	events           prometheus.Counter
 	transactions     prometheus.Counter
 	ignored          *prometheus.CounterVec
+	filtered         *prometheus.CounterVec
 	produceFailures  prometheus.Counter
 	deadLetters      *prometheus.CounterVec
 	reconnects       *prometheus.CounterVec
@@ -85,6 +88,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_transactions_total", Help: "Transactions read from the replication stream."}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_changes_ignored_total", Help: "Changes that are not events (update, delete, truncate, foreign messages), by reason."}, []string{"reason"}),
+		filtered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walrelay_events_filtered_total", Help: "Outbox events a table's filter does not publish, by what did not match (event_type, aggregate_type)."}, []string{"reason"}),
 		produceFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_produce_failures_total", Help: "Records Kafka refused for good (walrelay stops on them)."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -134,6 +139,9 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
 	}
+	for _, r := range filteredReasons {
+		m.filtered.WithLabelValues(r)
+	}
 	for _, r := range ignoredReasons {
 		m.ignored.WithLabelValues(r)
 	}
@@ -156,7 +164,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.filtered, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,

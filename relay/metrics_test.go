@@ -60,6 +60,9 @@ func TestLabelledSeriesExistFromStart(t *testing.T) {
 	for _, r := range ignoredReasons {
 		want = append(want, "walrelay_changes_ignored_total{reason="+r+"}")
 	}
+	for _, r := range filteredReasons {
+		want = append(want, "walrelay_events_filtered_total{reason="+r+"}")
+	}
 	for _, c := range reconnectCauses {
 		want = append(want, "walrelay_reconnects_total{cause="+c+"}")
 	}
