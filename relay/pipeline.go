@@ -198,7 +198,7 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 		return p.produce(ctx, &out.Event)
 	case decoder.KindCommit:
 		p.m.transactions.Inc()
-		if err := p.tr.Commit(out.EndLSN); err != nil {
+		if err := p.tr.CommitAt(out.EndLSN, out.CommitTime); err != nil {
 			return err
 		}
 		p.skipping = false
