@@ -28,8 +28,11 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 VERSION_PKG := github.com/walrelay/walrelay/cmd/walrelay/internal/relay
 LDFLAGS := $(if $(VERSION),-X $(VERSION_PKG).Version=$(VERSION)) $(if $(REVISION),-X $(VERSION_PKG).Revision=$(REVISION))
 
+# BIN: where make build writes the binary (make image builds into its own context instead).
+BIN ?= bin/walrelay
+
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/walrelay ./cmd/walrelay
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o "$(BIN)" ./cmd/walrelay
 
 demo: build
 	bash $(ENV_DIR)/demo.sh
