@@ -11,6 +11,7 @@
 #   BINARY, ARCH  optional (make release): put this prebuilt linux/ARCH binary, stamped with
 #                 VERSION, into the image instead of building one, build the image for
 #                 linux/ARCH and tag it IMAGE:VERSION-ARCH only
+#   SOURCE_DATE_EPOCH  optional: the image's created time and file times (reproducible)
 #   BUILDAH_ROOT  optional: keep buildah's storage under this directory instead of the
 #                 system's (the image test uses its own, wiped with the test state)
 #   IMAGE_ID_FILE optional: write the built image ID to this file
@@ -49,13 +50,16 @@ fi
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/walrelay-image.XXXXXX")"
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/rootfs/etc/ssl/certs"
-platform=()
+bud_args=()
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+	bud_args+=(--timestamp "$SOURCE_DATE_EPOCH")
+fi
 tags=("$IMAGE:$VERSION" "$IMAGE:latest")
 if [ -n "${BINARY:-}" ]; then
 	[ -n "${ARCH:-}" ] || die "BINARY needs ARCH (the binary's linux architecture)"
 	# A binary of another architecture cannot run here: the caller stamped it with VERSION.
 	built="$VERSION"
-	platform=(--os linux --arch "$ARCH")
+	bud_args+=(--os linux --arch "$ARCH")
 	tags=("$IMAGE:$VERSION-$ARCH")
 	install -m 0755 "$BINARY" "$ctx/rootfs/walrelay"
 else
@@ -80,7 +84,7 @@ cp deploy/Containerfile "$ctx/Containerfile"
 log "buildah bud ${tags[*]}"
 tag_args=()
 for t in "${tags[@]}"; do tag_args+=(-t "$t"); done
-"${buildah[@]}" bud --quiet --layers=false "${platform[@]}" -f "$ctx/Containerfile" \
+"${buildah[@]}" bud --quiet --layers=false "${bud_args[@]}" -f "$ctx/Containerfile" \
 	--build-arg VERSION="$built" --build-arg REVISION="$REVISION" \
 	"${tag_args[@]}" "$ctx" >/dev/null
 id="$("${buildah[@]}" inspect --type image --format '{{.FromImageID}}' "${tags[0]}")"
