@@ -109,7 +109,8 @@ func helmObjects(t *testing.T, release string, vals map[string]any) (objects, ma
 type helmCase struct {
 	name    string
 	release string
-	files   []string // under deploy/helm/examples, merged in order
+	files   []string       // under deploy/helm/examples, merged in order
+	vals    map[string]any // merged last, as --set does
 	check   func(t *testing.T, w workload, files map[string]string)
 }
 
@@ -174,6 +175,41 @@ func TestHelmChart(t *testing.T) {
 		{name: "monitoring", release: "walrelay", files: []string{"monitoring.yaml"}, check: func(t *testing.T, w workload, _ map[string]string) {
 			checkMonitoring(t, w.o)
 		}},
+		{name: "every option", release: "walrelay", vals: map[string]any{
+			"replicaCount":      3,
+			"image":             map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
+			"imagePullSecrets":  []any{map[string]any{"name": "registry"}},
+			"serviceAccount":    map[string]any{"create": true, "annotations": map[string]any{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/walrelay"}},
+			"podAnnotations":    map[string]any{"example.com/team": "payments"},
+			"podLabels":         map[string]any{"team": "payments"},
+			"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},
+			"tolerations":       []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "cdc", "effect": "NoSchedule"}},
+			"priorityClassName": "high",
+			"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "walrelay"}}}},
+			"extraEnv":          []any{map[string]any{"name": "AWS_REGION", "value": "eu-west-1"}},
+			"extraVolumes":      []any{map[string]any{"name": "tmp", "emptyDir": map[string]any{}}},
+			"extraVolumeMounts": []any{map[string]any{"name": "tmp", "mountPath": "/tmp"}},
+			"service":           map[string]any{"annotations": map[string]any{"example.com/scrape": "true"}},
+			"metrics":           map[string]any{"port": 9300},
+			"secrets":           map[string]any{"saslOAuthToken": map[string]any{"name": "walrelay-oauth"}},
+			"config":            map[string]any{"sasl_mechanism": "OAUTHBEARER", "kafka_tls": true},
+		}, check: func(t *testing.T, w workload, _ map[string]string) {
+			if len(w.o.serviceAccounts) != 1 || w.pod.ServiceAccountName != w.o.serviceAccounts[0].Name || w.o.serviceAccounts[0].Annotations["eks.amazonaws.com/role-arn"] == "" {
+				t.Errorf("ServiceAccounts %+v, pod's %q: want the created one, annotated", w.o.serviceAccounts, w.pod.ServiceAccountName)
+			}
+			if want := imageName(t) + "@sha256:" + strings.Repeat("ab", 32); w.c.Image != want {
+				t.Errorf("image %q, want %s", w.c.Image, want)
+			}
+			if w.c.Ports[0].ContainerPort != 9300 || w.pod.PriorityClassName != "high" || len(w.pod.Tolerations) != 1 || len(w.pod.TopologySpreadConstraints) != 1 {
+				t.Errorf("port %d, priority class %q, %d tolerations, %d spread constraints: want 9300, high, 1, 1",
+					w.c.Ports[0].ContainerPort, w.pod.PriorityClassName, len(w.pod.Tolerations), len(w.pod.TopologySpreadConstraints))
+			}
+			wantSecrets(t, w, map[string]secretFile{
+				"WALRELAY_POSTGRES_DSN_FILE":     {"walrelay", "postgres-dsn"},
+				"WALRELAY_SASL_OAUTH_TOKEN_FILE": {"walrelay-oauth", "token"},
+			})
+		}},
 		{name: "everything", release: "walrelay", files: []string{"sasl-ssl.yaml", "exactly-once.yaml", "monitoring.yaml"}, check: func(t *testing.T, w workload, _ map[string]string) {
 			if len(w.secretEnv) != 3 || len(w.o.monitors) != 1 || len(w.o.rules) != 1 {
 				t.Errorf("%d Secret files, %d ServiceMonitors, %d PrometheusRules, want 3, 1, 1", len(w.secretEnv), len(w.o.monitors), len(w.o.rules))
@@ -182,7 +218,7 @@ func TestHelmChart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			vals := helmValues(t, tc.files...)
+			vals := loader.MergeMaps(helmValues(t, tc.files...), tc.vals)
 			helmLint(t, vals)
 			o, files := helmObjects(t, tc.release, vals)
 			w := checkWorkload(t, o)
