@@ -93,4 +93,4 @@ down:
 
 clean:
 	-bash $(ENV_DIR)/clean.sh
-	rm -rf bin
+	rm -rf bin dist

@@ -204,35 +204,42 @@ var Version = "dev"
 var Revision = ""
 
 // BuildVersion returns the version set at build time (Version, see the
-// Makefile's build target) or, for a plain `go build`, the VCS revision Go
-// embedded; and the revision (Revision, else Go's, else "unknown").
+// Makefile's build target), else the module version Go recorded (a binary
+// made by `go install <module>@<version>`), else the VCS revision Go
+// embedded (a plain `go build` in a checkout); and the revision (Revision,
+// else Go's, else "unknown").
 func BuildVersion() (version, revision string) {
-	version, revision = Version, Revision
-	if revision == "" {
-		revision = "unknown"
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && Revision == "" {
-		dirty := false
+	bi, _ := debug.ReadBuildInfo()
+	return buildVersion(Version, Revision, bi)
+}
+
+func buildVersion(version, revision string, bi *debug.BuildInfo) (string, string) {
+	dirty := false
+	if bi != nil {
 		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
+			switch {
+			case s.Key == "vcs.revision" && revision == "":
 				revision = s.Value
-			case "vcs.modified":
+			case s.Key == "vcs.modified":
 				dirty = s.Value == "true"
 			}
 		}
-		if (version == "" || version == "dev") && revision != "unknown" {
-			version = revision
-			if len(version) > 12 {
-				version = version[:12]
-			}
+	}
+	if version == "" || version == "dev" {
+		switch {
+		case bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)":
+			version = bi.Main.Version
+		case revision != "":
+			version = revision[:min(len(revision), 12)]
 			if dirty {
 				version += "-dirty"
 			}
+		default:
+			version = "dev"
 		}
 	}
-	if version == "" {
-		version = "dev"
+	if revision == "" {
+		revision = "unknown"
 	}
 	return version, revision
 }
