@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -228,15 +229,15 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
 	var fix string
 	switch {
-	case pgErr.Code == "28P01":
+	case pgErr.Code == pgerrcode.InvalidPassword:
 		fix = fmt.Sprintf("check the user and password in --postgres-dsn (WALRELAY_POSTGRES_DSN, or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
-	case pgErr.Code == "28000" && strings.Contains(pgErr.Message, "not permitted to log in"):
+	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification && strings.Contains(pgErr.Message, "not permitted to log in"):
 		fix = fmt.Sprintf("run ALTER ROLE %s WITH LOGIN; as a superuser", user)
-	case pgErr.Code == "28000":
+	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
 		fix = fmt.Sprintf("add a pg_hba.conf line that lets user %q connect to database %q from this host (a logical replication connection matches the database's name, not the keyword replication), e.g. host %s %s <address>/32 scram-sha-256, then run SELECT pg_reload_conf();", cfg.User, db, db, cfg.User)
-	case pgErr.Code == "42501" && replication:
+	case pgErr.Code == pgerrcode.InsufficientPrivilege && replication:
 		fix = fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser (logical replication needs it)", user)
-	case pgErr.Code == "3D000":
+	case pgErr.Code == pgerrcode.InvalidCatalogName:
 		fix = fmt.Sprintf("check the database name in --postgres-dsn; database %q does not exist", db)
 	default:
 		return fmt.Errorf("connect to postgres: %w", err)
@@ -276,10 +277,10 @@ func IsRetryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300", "55006":
+		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow, pgerrcode.TooManyConnections, pgerrcode.ObjectInUse:
 			return true
 		}
-		return strings.HasPrefix(pgErr.Code, "08")
+		return pgerrcode.IsConnectionException(pgErr.Code)
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		return true

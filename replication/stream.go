@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -146,7 +147,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 	// Start position 0: the server resumes from the slot's confirmed_flush_lsn.
 	if err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse {
 			return fmt.Errorf("start replication on slot %s: %w: %s", c.cfg.Slot, ErrSlotInUse, pgErr.Message)
 		}
 		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
