@@ -14,10 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// ErrServerSilent reports a replication connection that stopped delivering
-// anything (half-open, or a frozen server); the caller reconnects.
-var ErrServerSilent = errors.New("replication connection silent")
-
 // pollWait is the shortest wait of a receive: how often a watermark that is
 // due to be reported, and has not moved yet, is looked at again.
 const pollWait = 250 * time.Millisecond
