@@ -84,6 +84,9 @@ func (c *Conn) query(ctx context.Context, sql string) ([][][]byte, error) {
 	return res[len(res)-1].Rows, res[len(res)-1].Err
 }
 
+// querier runs ReadSlot's statements on the replication connection.
+func (c *Conn) querier() Querier { return simpleQuerier{c.conn} }
+
 func (c *Conn) lit(s string) (string, error) {
 	esc, err := c.conn.EscapeString(s)
 	if err != nil {

@@ -455,13 +455,9 @@ func (s *Stream) endCopy() (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endCopyTimeout)
 	defer cancel()
-	slot, err := s.conn.lit(s.conn.cfg.Slot)
+	slot, err := ReadSlot(ctx, s.conn.querier(), s.conn.cfg.Slot)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("read back slot position: %w", err)
 	}
-	rows, err := s.conn.query(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = "+slot)
-	if err != nil || len(rows) != 1 {
-		return "", fmt.Errorf("read back slot position: %v", err)
-	}
-	return string(rows[0][0]), nil
+	return slot.ConfirmedFlushLSN.String(), nil
 }
