@@ -91,8 +91,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// SettingError is a Config value Validate refuses. Setting names it as
-// walrelay's flags do (postgres-dsn, slot, publication, table,
+// SettingError is a Config value Validate refuses. Setting is the key of
+// walrelay's setting (postgres-dsn, slot, publication, table,
 // status-interval); Err says why.
 type SettingError struct {
 	Setting string
@@ -100,13 +100,15 @@ type SettingError struct {
 }
 
 func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
-
 func (e *SettingError) Unwrap() error { return e.Err }
+
+// SettingKeys returns the key of the setting to change, Setting.
+func (e *SettingError) SettingKeys() []string { return []string{e.Setting} }
 
 // Validate reports a configuration that cannot work as a *SettingError.
 func (c Config) Validate() error {
 	if c.DSN == "" {
-		return &SettingError{"postgres-dsn", errors.New("required (set --postgres-dsn or WALRELAY_POSTGRES_DSN)")}
+		return &SettingError{"postgres-dsn", errors.New("required: set the Postgres DSN")}
 	}
 	if _, err := pgconn.ParseConfig(c.DSN); err != nil {
 		return &SettingError{"postgres-dsn", err}
@@ -122,7 +124,7 @@ func (c Config) Validate() error {
 	if n := c.Slot; n != "" {
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-				return &SettingError{"slot", fmt.Errorf("%q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. --slot %s", n, suggestSlot(n))}
+				return &SettingError{"slot", fmt.Errorf("%q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. %s", n, suggestSlot(n))}
 			}
 		}
 	}

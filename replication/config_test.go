@@ -67,6 +67,9 @@ func TestConfigValidate(t *testing.T) {
 			if !errors.As(err, &se) || se.Setting != tc.key || !strings.HasPrefix(err.Error(), tc.key+": ") {
 				t.Fatalf("err = %v, want a *SettingError for %q", err, tc.key)
 			}
+			if keys := se.SettingKeys(); len(keys) != 1 || keys[0] != tc.key {
+				t.Errorf("SettingKeys() = %q, want [%s]", keys, tc.key)
+			}
 		})
 	}
 }

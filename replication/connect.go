@@ -107,9 +107,11 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	}
 	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
 	var fix string
+	var settings []string
 	switch {
 	case pgErr.Code == pgerrcode.InvalidPassword:
-		fix = fmt.Sprintf("check the user and password in --postgres-dsn (WALRELAY_POSTGRES_DSN, or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
+		fix = fmt.Sprintf("check the user and password in the Postgres DSN (or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
+		settings = []string{"postgres-dsn"}
 	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification && strings.Contains(pgErr.Message, "not permitted to log in"):
 		fix = fmt.Sprintf("run ALTER ROLE %s WITH LOGIN; as a superuser", user)
 	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
@@ -117,9 +119,10 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	case pgErr.Code == pgerrcode.InsufficientPrivilege && replication:
 		fix = fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser (logical replication needs it)", user)
 	case pgErr.Code == pgerrcode.InvalidCatalogName:
-		fix = fmt.Sprintf("check the database name in --postgres-dsn; database %q does not exist", db)
+		fix = fmt.Sprintf("check the database name in the Postgres DSN; database %q does not exist", db)
+		settings = []string{"postgres-dsn"}
 	default:
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &PrereqError{Check: "connect", Problem: "connect to postgres: " + err.Error(), Fix: fix, Err: err}
+	return &PrereqError{Check: "connect", Problem: "connect to postgres: " + err.Error(), Fix: fix, Settings: settings, Err: err}
 }

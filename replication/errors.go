@@ -29,7 +29,10 @@ type PrereqError struct {
 	Check   string // short name: connect, wal_level, privilege, table, publication, slot
 	Problem string
 	Fix     string
-	Err     error // the underlying error, if any
+	// Settings are the keys of walrelay's settings that Fix points at (e.g.
+	// "postgres-dsn"), the main one first; none when the fix is in Postgres.
+	Settings []string
+	Err      error // the underlying error, if any
 }
 
 // ErrMissing is the cause of a *PrereqError for an outbox table, publication
@@ -42,6 +45,9 @@ func (e *PrereqError) Error() string {
 
 // Unwrap returns the underlying error, if any.
 func (e *PrereqError) Unwrap() error { return e.Err }
+
+// SettingKeys returns Settings.
+func (e *PrereqError) SettingKeys() []string { return e.Settings }
 
 // IsRetryable reports whether err is a known transient failure worth a
 // reconnect with backoff: a lost or refused connection (network errors, EOF,

@@ -101,7 +101,8 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	}
 	if oid == 0 {
 		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
-			Fix: fmt.Sprintf("create it with `walrelay migrate --table %s`, or point --table at your outbox table (if you renamed or moved it, at its new name, or rename it back)", t), Err: ErrMissing}
+			Fix:      fmt.Sprintf("create it with walrelay migrate for table %s, or set the outbox table to yours (if you renamed or moved it, to its new name, or rename it back)", t),
+			Settings: []string{"table"}, Err: ErrMissing}
 	}
 	return uint32(oid), nil
 }

@@ -210,7 +210,8 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				return err
 			}
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
-				Fix: fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or start walrelay with --create-slot (only events written after its creation are relayed)", slot), Err: ErrMissing}
+				Fix:      fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or let walrelay create missing slots (only events written after its creation are relayed)", slot),
+				Settings: []string{"create-slot"}, Err: ErrMissing}
 		}
 		var res pglogrepl.CreateReplicationSlotResult
 		if c.cfg.SlotFailover {
@@ -232,10 +233,10 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	switch {
 	case s.Type != "logical" || s.Plugin != "pgoutput":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is a %s slot with plugin %q, not a pgoutput logical slot", c.cfg.Slot, s.Type, s.Plugin),
-			Fix: "choose another --slot, or drop that slot"}
+			Fix: "choose another slot name, or drop that slot", Settings: []string{"slot"}}
 	case !s.InCurrentDatabase:
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q belongs to another database", c.cfg.Slot),
-			Fix: "connect to the slot's database, or choose another --slot"}
+			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}
 	case s.WALStatus == "lost":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
 			Fix: "reconcile the outbox rows written since the slot's confirmed position, then drop and recreate the slot (SELECT pg_drop_replication_slot(...)); raise max_slot_wal_keep_size"}
@@ -270,12 +271,13 @@ func (c *Conn) checkFailover(ctx context.Context, s Slot, exists bool) error {
 		return fmt.Errorf("check server version: %w", err)
 	}
 	if v < failoverMinVersion {
-		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("--slot-failover needs Postgres 17 or newer (failover slots), the server is %d", v),
-			Fix: "remove --slot-failover (WALRELAY_SLOT_FAILOVER), or upgrade Postgres to 17+"}
+		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("a failover slot needs Postgres 17 or newer, the server is %d", v),
+			Fix: "turn slot failover off, or upgrade Postgres to 17+", Settings: []string{"slot-failover"}}
 	}
 	if exists && (s.Failover == nil || !*s.Failover) {
 		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("slot %q exists and is not a failover slot", c.cfg.Slot),
-			Fix: fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or start without --slot-failover", pgx.Identifier{c.cfg.Slot}.Sanitize())}
+			Fix:      fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or turn slot failover off", pgx.Identifier{c.cfg.Slot}.Sanitize()),
+			Settings: []string{"slot-failover"}}
 	}
 	return nil
 }

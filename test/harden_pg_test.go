@@ -83,7 +83,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			if p.exitCode() <= 0 {
 				t.Errorf("exit status %s, want non-zero", p.exitStatus())
 			}
-			line := findErrorLine(p, []string{c.table, moved, "rename it back", "--table"})
+			line := findErrorLine(p, []string{c.table, moved, "rename it back", "configure the outbox table as"})
 			if line == "" {
 				t.Errorf("no ERROR line names %s, %s and the fixes\n%s", c.table, moved, p.tail(20))
 			}
