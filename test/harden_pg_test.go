@@ -270,7 +270,7 @@ func TestMixedCasePublicationName(t *testing.T) {
 		c := newContract(t, env, "hmix")
 		c.migrate(env.pgDSN, c.table)
 		args := append(c.runArgs(), "--slot", "WalRelay")
-		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "--slot walrelay"}, args...)
+		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "choose e.g. walrelay"}, args...)
 		t.Logf("refused: %s", line)
 	})
 }
