@@ -189,7 +189,7 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, bo *backoff)
 			return nil, ferr
 		}
 		if !reconnectable(err) {
-			return nil, err
+			return nil, r.slotLost(err)
 		}
 		now := time.Now()
 		wait = bo.next(err, now)

@@ -39,6 +39,25 @@ type PrereqError struct {
 // or slot that does not exist.
 var ErrMissing = errors.New("does not exist")
 
+// SlotLostError is the cause of a *PrereqError for the slot walrelay
+// streamed from when it is gone on reconnect (dropped, or missing on a
+// promoted standby that never had it) or was invalidated: events committed
+// after its last confirmed position may be missing from Kafka. System is
+// the server's identity as found then (IDENTIFY_SYSTEM is read before the
+// slot), so the caller can tell a failover from a dropped slot.
+type SlotLostError struct {
+	Slot        string
+	System      Identity
+	Invalidated string // why it was invalidated ("" when it is missing)
+}
+
+func (e *SlotLostError) Error() string {
+	if e.Invalidated != "" {
+		return fmt.Sprintf("replication slot %q was invalidated (%s)", e.Slot, e.Invalidated)
+	}
+	return fmt.Sprintf("replication slot %q is missing on the server (system id %s, timeline %d)", e.Slot, e.System.SystemID, e.System.Timeline)
+}
+
 func (e *PrereqError) Error() string {
 	return fmt.Sprintf("%s: %s; fix: %s", e.Check, e.Problem, e.Fix)
 }
@@ -68,6 +87,11 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	if errors.Is(err, ErrSlotInUse) || errors.Is(err, ErrServerSilent) || errors.Is(err, ErrServerEnded) {
+		return true
+	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		// target_session_attrs=read-write found only read-only servers: a
+		// standby not promoted yet, during a failover.
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -28,6 +28,8 @@ func TestIsRetryableAllowList(t *testing.T) {
 		{"unexpected EOF", io.ErrUnexpectedEOF, true},
 		{"connection reset", opErr("read", os.NewSyscallError("read", syscall.ECONNRESET)), true},
 		{"connection refused", opErr("dial", os.NewSyscallError("connect", syscall.ECONNREFUSED)), true},
+		{"only read-only servers (target_session_attrs=read-write during a failover)", fmt.Errorf("failed to connect: %w", errors.Join(opErr("dial", os.NewSyscallError("connect", syscall.ECONNREFUSED)), pgconn.ErrReadOnlyConnection)), true},
+		{"a read-only server alone", fmt.Errorf("failed to connect: %w", pgconn.ErrReadOnlyConnection), true},
 		{"broken pipe", fmt.Errorf("send standby status: %w", syscall.EPIPE), true},
 		{"deadline", fmt.Errorf("send standby status: %w", context.DeadlineExceeded), true},
 		{"server silent", fmt.Errorf("receive: %w", ErrServerSilent), true},

@@ -18,11 +18,13 @@ func Open(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.setup(ctx); err != nil {
+	// The identity first: a slot found missing or lost is then known to be
+	// on another WAL history (a failover) or not.
+	if err := c.identify(ctx); err != nil {
 		_ = c.conn.Close(context.Background())
 		return nil, err
 	}
-	if err := c.identify(ctx); err != nil {
+	if err := c.setup(ctx); err != nil {
 		_ = c.conn.Close(context.Background())
 		return nil, err
 	}

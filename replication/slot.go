@@ -202,7 +202,8 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	if !exists {
 		if c.cfg.SlotMustExist {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q disappeared while walrelay was using it: events committed after its last confirmed position may have been skipped", c.cfg.Slot),
-				Fix: "find out who dropped it; reconcile the outbox rows written since then (or replay them), then restart walrelay, which creates a new slot at the current position"}
+				Fix: "find out who dropped it; reconcile the outbox rows written since then (or replay them), then restart walrelay, which creates a new slot at the current position",
+				Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System}}
 		}
 		if c.cfg.NoCreateSlot {
 			slot, err := c.lit(c.cfg.Slot)
@@ -239,12 +240,22 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}
 	case s.WALStatus == "lost":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
-			Fix: "reconcile the outbox rows written since the slot's confirmed position, then drop and recreate the slot (SELECT pg_drop_replication_slot(...)); raise max_slot_wal_keep_size"}
+			Fix: "reconcile the outbox rows written since the slot's confirmed position, then drop and recreate the slot (SELECT pg_drop_replication_slot(...)); raise max_slot_wal_keep_size",
+			Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System, Invalidated: invalidation(s)}}
 	case s.ConfirmedFlushLSN == 0:
 		return fmt.Errorf("slot %s: no confirmed_flush_lsn", c.cfg.Slot)
 	}
 	c.Start = s.ConfirmedFlushLSN
 	return nil
+}
+
+// invalidation says why a lost slot was invalidated, as far as the server
+// tells (invalidation_reason on 17+).
+func invalidation(s Slot) string {
+	if s.InvalidationReason != nil && *s.InvalidationReason != "" {
+		return "wal_status lost, " + *s.InvalidationReason
+	}
+	return "wal_status lost"
 }
 
 // failoverMinVersion is the first server_version_num with failover slots.
