@@ -29,6 +29,9 @@ func (e *Encoder) Check(ctx context.Context, topicOf TopicOf) ([]Finding, error)
 		global = e.cl.sr.Compatibility(ctx)[0]
 		return global.Err
 	})
+	if errors.Is(err, ErrSubjectMissing) { // GET /config is in every registry's API
+		return nil, fmt.Errorf("schema registry: no registry API at the URL (HTTP 404 for its global configuration): check the URL, e.g. http://host:8081 for Confluent's or .../apis/ccompat/v7 for Apicurio's: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}

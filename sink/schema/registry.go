@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -157,6 +158,9 @@ func (c *client) register(ctx context.Context, subject string, s sr.Schema) (int
 		id, err = c.sr.RegisterSchema(ctx, subject, s, -1, -1)
 		return err
 	})
+	if errors.Is(err, ErrSubjectMissing) { // registering creates the subject: the URL is wrong
+		return 0, fmt.Errorf("schema registry: register under subject %q: HTTP 404: no registry API at the URL (check it: e.g. http://host:8081 for Confluent's, .../apis/ccompat/v7 for Apicurio's)", subject)
+	}
 	return id, err
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hamba/avro/v2"
@@ -38,6 +39,12 @@ func TestRegistryOutageIsRetryable(t *testing.T) {
 		}
 		wantErr(t, err, fmt.Sprintf("HTTP %d", code), `subject "points-value"`)
 	}
+	reg.down.Store(http.StatusNotFound) // not a registry's API: permanent, says so
+	_, _, err := e.Encode(ctx(t), outboxTarget, []byte(`{"x":1}`), nil)
+	if IsRetryable(err) || errors.Is(err, ErrSubjectMissing) {
+		t.Fatalf("HTTP 404 on registration: %v", err)
+	}
+	wantErr(t, err, "no registry API at the URL")
 	reg.down.Store(0)
 	val, _, err := e.Encode(ctx(t), outboxTarget, []byte(`{"x":1}`), nil)
 	if err != nil {
@@ -422,6 +429,9 @@ func TestCheck(t *testing.T) {
 	if _, err := e.Check(ctx(t), nil); !errors.Is(err, ErrNotAuthorized) {
 		t.Fatalf("Check with refused credentials: %v", err)
 	}
+	reg.down.Store(http.StatusNotFound) // a URL without the registry's API path
+	_, err = e.Check(ctx(t), nil)
+	wantErr(t, err, "no registry API at the URL", "check the URL")
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -518,4 +528,42 @@ func TestBrokenSchemaFileFailsAtStart(t *testing.T) {
 	}
 	_, err := New(Config{URLs: []string{"http://127.0.0.1:1"}, Rules: []Rule{{Table: "public.o", Value: Binding{File: dir + "/missing.avsc"}}}}, quiet)
 	wantErr(t, err, "missing.avsc", "no such file")
+}
+
+// Encode, Register and Check may run at once (the pipeline, start-up and a
+// doctor probe share an Encoder); -race checks the caches.
+func TestConcurrentUse(t *testing.T) {
+	reg := newFakeRegistry(t)
+	file := writeFile(t, t.TempDir(), "p.avsc", pointAvsc)
+	e := newEncoder(t, reg.URL(), Rule{Table: "public.outbox", Value: Binding{File: file}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				tgt := Target{Topic: fmt.Sprintf("t%d", (g+i)%4), Table: "public.outbox"}
+				if _, _, err := e.Encode(ctx(t), tgt, []byte(`{"x":1}`), nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); errs <- e.Register(ctx(t), func(string, string) (string, bool) { return "t0", true }) }()
+	go func() { defer wg.Done(); _, err := e.Check(ctx(t), nil); errs <- err }()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if v := reg.versions(t, fmt.Sprintf("t%d-value", i)); !slices.Equal(v, []int{1}) {
+			t.Fatalf("t%d-value versions %v", i, v)
+		}
+	}
 }
