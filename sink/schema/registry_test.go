@@ -552,7 +552,10 @@ func TestConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Add(2)
-	go func() { defer wg.Done(); errs <- e.Register(ctx(t), func(string, string) (string, bool) { return "t0", true }) }()
+	go func() {
+		defer wg.Done()
+		errs <- e.Register(ctx(t), func(string, string) (string, bool) { return "t0", true })
+	}()
 	go func() { defer wg.Done(); _, err := e.Check(ctx(t), nil); errs <- err }()
 	wg.Wait()
 	close(errs)
