@@ -153,3 +153,26 @@ func TestAvroMismatch(t *testing.T) {
 		wantErr(t, err, tc.want, `subject "t-value"`)
 	}
 }
+
+// A top-level union takes the plain object; fixed and enum fields take their
+// defaults.
+func TestAvroTopLevelUnionAndDefaults(t *testing.T) {
+	reg := newFakeRegistry(t)
+	const sch = `["null",{"type":"record","name":"P","fields":[{"name":"x","type":"long"},
+	 {"name":"h","type":{"type":"fixed","name":"H","size":2},"default":"ab"},
+	 {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]},"default":"B"}]}]`
+	file := writeFile(t, t.TempDir(), "u.avsc", sch)
+	e := newEncoder(t, reg.URL(), Rule{Table: "public.outbox", Value: Binding{File: file}})
+	v, _, err := e.Encode(ctx(t), Target{Topic: "t", Table: "public.outbox"}, []byte(`{"x":5}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	if err := avro.Unmarshal(avro.MustParse(sch), v[5:], &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"P": map[string]any{"x": int64(5), "h": [2]byte{'a', 'b'}, "e": "B"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %#v, want %#v", got, want)
+	}
+}
