@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,9 @@ func TestLabelledSeriesExistFromStart(t *testing.T) {
 	for _, r := range ignoredReasons {
 		want = append(want, "walrelay_changes_ignored_total{reason="+r+"}")
 	}
+	for _, r := range filteredReasons {
+		want = append(want, "walrelay_events_filtered_total{reason="+r+"}")
+	}
 	for _, c := range reconnectCauses {
 		want = append(want, "walrelay_reconnects_total{cause="+c+"}")
 	}
@@ -90,44 +94,48 @@ func TestLabelledSeriesExistFromStart(t *testing.T) {
 }
 
 func TestBuildVersion(t *testing.T) {
-	old := Version
-	t.Cleanup(func() { Version = old })
-	Version = "v1.2.3-4-gabc"
-	if v, _ := BuildVersion(); v != "v1.2.3-4-gabc" {
-		t.Errorf("with -X Version: got %q", v)
+	vcs := func(rev string, modified bool) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: fmt.Sprint(modified)}}
 	}
-	Version = "dev"
-	if v, rev := BuildVersion(); v == "" || (rev != "unknown" && !strings.HasPrefix(rev, strings.TrimSuffix(v, "-dirty"))) {
-		t.Errorf("without -X: version %q, revision %q", v, rev)
+	const rev = "5ac03b4eb9204c1f6b0a2f8a4b1d0e3c9a8b7c6d"
+	for _, tc := range []struct {
+		name              string
+		version, revision string
+		bi                *debug.BuildInfo
+		wantV, wantR      string
+	}{
+		{"make build (-X both)", "v1.2.3-4-gabc", "abc", &debug.BuildInfo{Settings: vcs(rev, false)}, "v1.2.3-4-gabc", "abc"},
+		{"go install module@version", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3", "unknown"},
+		{"go build in a checkout", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, false)}, rev[:12], rev},
+		{"go build in a modified checkout", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, true)}, rev[:12] + "-dirty", rev},
+		{"nothing known", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev", "unknown"},
+		{"no build info", "", "", nil, "dev", "unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, r := buildVersion(tc.version, tc.revision, tc.bi)
+			if v != tc.wantV || r != tc.wantR {
+				t.Errorf("buildVersion = %q, %q; want %q, %q", v, r, tc.wantV, tc.wantR)
+			}
+		})
 	}
 }
 
-func TestParseSlotRow(t *testing.T) {
+func TestSlotStateOf(t *testing.T) {
+	size := int64(123)
 	for _, tc := range []struct {
-		name    string
-		row     []string
-		want    slotState
-		wantErr bool
+		name string
+		slot replication.Slot
+		want slotState
 	}{
-		{"healthy", []string{"1048576", "4096", "reserved", "-1", "true"},
-			slotState{exists: true, retained: 1048576, lag: 4096, walStatus: "reserved", safeWAL: -1, active: true}, false},
-		{"at risk, inactive", []string{"5e+09", "5e+09", "unreserved", "123", "false"},
-			slotState{exists: true, retained: 5e9, lag: 5e9, walStatus: "unreserved", safeWAL: 123}, false},
-		{"lost", []string{"0", "0", "lost", "-1", "false"},
-			slotState{exists: true, walStatus: "lost", safeWAL: -1}, false},
-		{"bad number", []string{"x", "0", "reserved", "-1", "false"}, slotState{}, true},
-		{"short row", []string{"0", "0"}, slotState{}, true},
+		{"healthy", replication.Slot{WALEnd: 0x101000, RestartLSN: 0x1000, ConfirmedFlushLSN: 0x100000, WALStatus: "reserved", Active: true},
+			slotState{exists: true, retained: 1048576, lag: 4096, walStatus: "reserved", safeWAL: -1, active: true}},
+		{"at risk, inactive", replication.Slot{WALEnd: 5e9 + 1, RestartLSN: 1, ConfirmedFlushLSN: 1, WALStatus: "unreserved", SafeWALSize: &size},
+			slotState{exists: true, retained: 5e9, lag: 5e9, walStatus: "unreserved", safeWAL: 123}},
+		{"lost", replication.Slot{WALEnd: 0x5000, ConfirmedFlushLSN: 0x5000, WALStatus: "lost"},
+			slotState{exists: true, walStatus: "lost", safeWAL: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			row := make([][]byte, len(tc.row))
-			for i, c := range tc.row {
-				row[i] = []byte(c)
-			}
-			got, err := parseSlotRow(row)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if got != tc.want {
+			if got := slotStateOf(tc.slot); got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

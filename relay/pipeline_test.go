@@ -89,14 +89,18 @@ type pipelineRig struct {
 	xid  uint32
 }
 
-func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakeProducer) *pipelineRig {
+func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakeProducer, filter ...decoder.Filter) *pipelineRig {
 	t.Helper()
 	const start = pglogrepl.LSN(0x1000000)
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: maxInFlight}, start)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := decoder.New(decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "outbox"}}, HeartbeatPrefix: HeartbeatPrefix})
+	table := decoder.Table{Schema: "public", Name: "outbox"}
+	if len(filter) > 0 {
+		table.Filter = filter[0]
+	}
+	dec, err := decoder.New(decoder.Config{Tables: []decoder.Table{table}, HeartbeatPrefix: HeartbeatPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +144,17 @@ func (r *pipelineRig) txn(aggIDs ...string) (pglogrepl.LSN, bool) {
 		return end, true
 	case <-time.After(2 * time.Second):
 		return end, false
+	}
+}
+
+// sync returns once the pipeline handled every batch sent before: the source
+// is unbuffered, so it takes the next (empty) batch only after that.
+func (r *pipelineRig) sync() {
+	r.t.Helper()
+	select {
+	case r.src.ch <- &replication.Batch{}:
+	case <-time.After(5 * time.Second):
+		r.t.Fatal("the pipeline did not take a batch within 5 s")
 	}
 }
 
@@ -203,6 +218,7 @@ func TestPipelineAcksInAnyOrder(t *testing.T) {
 				ends = append(ends, end)
 			}
 			recs := r.waitSent(4)
+			r.sync() // every commit is read before the first ack
 			start := r.tr.Watermark()
 			for i, k := range tc.order {
 				recs[k].done(nil)
@@ -218,6 +234,24 @@ func TestPipelineAcksInAnyOrder(t *testing.T) {
 				t.Fatalf("walrelay_events_acked_total %v, want 4", n)
 			}
 		})
+	}
+}
+
+// TestPipelineFiltered: events a table's filter does not publish are never
+// produced nor tracked, are counted by reason, and their transaction is
+// confirmed like any other.
+func TestPipelineFiltered(t *testing.T) {
+	r := newPipelineRig(t, 100, OnPoisonDLQ, &fakeProducer{}, decoder.Filter{IncludeAggregateTypes: []string{"invoice"}})
+	end, ok := r.txn("a", "b")
+	if !ok {
+		t.Fatal("pipeline blocked")
+	}
+	waitFor(t, 5*time.Second, "the watermark at the filtered transaction's end", func() bool { return r.tr.Watermark() == end })
+	if n := len(r.prod.records()); n != 0 {
+		t.Fatalf("%d records produced, want none", n)
+	}
+	if n := r.metric("walrelay_events_filtered_total{reason=aggregate_type}"); n != 2 {
+		t.Fatalf("walrelay_events_filtered_total{reason=aggregate_type} = %v, want 2", n)
 	}
 }
 

@@ -69,7 +69,7 @@ func Run(ctx context.Context, opts Options) error {
 		if errors.As(err, &se) { // its message names the setting to fix
 			return err
 		}
-		return fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)
+		return &settingsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"kafka-brokers"}}
 	}
 
 	var walEnd atomic.Uint64

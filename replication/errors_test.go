@@ -62,3 +62,29 @@ func TestIsRetryableAllowList(t *testing.T) {
 		})
 	}
 }
+
+func TestIsRetryable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"prerequisite", &PrereqError{Check: "wal_level"}, false},
+		{"slot in use", fmt.Errorf("start: %w", ErrSlotInUse), true},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), true},
+		{"net", &net.OpError{Op: "read", Err: errors.New("connection reset")}, true},
+		{"canceled", context.Canceled, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsRetryable(tc.err); got != tc.want {
+				t.Fatalf("IsRetryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
