@@ -186,16 +186,21 @@ func (c Config) String() string {
 // LogValue masks the secrets in log attributes.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
-// SettingError is a setting that cannot work. Setting names it as the
-// command's flags will ("schema-registry-url", "schema-registry-tls-ca-file",
-// "schema-rules", "schema-dir"); Err says why.
+// SettingError is a setting that cannot work. Setting is the key of
+// walrelay's setting ("schema-registry-url", "schema-registry-tls-ca-file",
+// "schema-rules", "schema-dir"), Related the keys of other settings
+// involved; Err says why, in words.
 type SettingError struct {
 	Setting string
+	Related []string
 	Err     error
 }
 
 func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
 func (e *SettingError) Unwrap() error { return e.Err }
+
+// SettingKeys returns the keys of the settings to change, Setting's first.
+func (e *SettingError) SettingKeys() []string { return append([]string{e.Setting}, e.Related...) }
 
 func settingErr(setting, format string, a ...any) error {
 	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}
@@ -208,7 +213,7 @@ func (c Config) Validate() error {
 		return nil
 	}
 	if len(c.URLs) == 0 {
-		return settingErr("schema-registry-url", "none given: schema rules need a registry (set --schema-registry-url)")
+		return settingErr("schema-registry-url", "none given: schema rules need the registry's URL")
 	}
 	for _, u := range c.URLs {
 		if err := validateURL(u); err != nil {
@@ -219,7 +224,7 @@ func (c Config) Validate() error {
 		if c.Username == "" {
 			return settingErr("schema-registry-username", "a password is set without a username")
 		}
-		return settingErr("schema-registry-password", "a username is set without a password (set --schema-registry-password-file)")
+		return settingErr("schema-registry-password", "a username is set without a password: set the registry password")
 	}
 	auths := 0
 	for _, set := range []bool{c.Username != "", c.BearerToken != "", c.BearerTokenFile != ""} {
@@ -260,7 +265,8 @@ func validateURL(raw string) error {
 	}
 	if u.User != nil {
 		// The sr client puts the URL in its errors.
-		return settingErr("schema-registry-url", "%s://%s: credentials in the URL would show in errors (set --schema-registry-username and --schema-registry-password-file)", u.Scheme, u.Host)
+		return &SettingError{Setting: "schema-registry-url", Related: []string{"schema-registry-username", "schema-registry-password"},
+			Err: fmt.Errorf("%s://%s: credentials in the URL would show in errors: set the registry username and password instead", u.Scheme, u.Host)}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return settingErr("schema-registry-url", "%q is not an http:// or https:// URL", raw)

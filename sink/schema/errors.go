@@ -66,9 +66,10 @@ func registryError(parent context.Context, op string, err error) error {
 		}
 		switch code := re.StatusCode; {
 		case code == http.StatusUnauthorized:
-			return fmt.Errorf("%w: %s: HTTP 401 %s (check the registry credentials: username and password, or the bearer token)", ErrNotAuthorized, op, msg)
+			return keyed(fmt.Errorf("%w: %s: HTTP 401 %s (check the registry credentials: username and password, or the bearer token)", ErrNotAuthorized, op, msg),
+				credentialKeys...)
 		case code == http.StatusForbidden:
-			return fmt.Errorf("%w: %s: HTTP 403 %s (the registry's user lacks the right to do this)", ErrNotAuthorized, op, msg)
+			return keyed(fmt.Errorf("%w: %s: HTTP 403 %s (the registry's user lacks the right to do this)", ErrNotAuthorized, op, msg), credentialKeys...)
 		case code == http.StatusNotFound:
 			return fmt.Errorf("%w: %s: HTTP 404 %s", ErrSubjectMissing, op, msg)
 		case code == http.StatusConflict, code == http.StatusUnprocessableEntity:
@@ -79,7 +80,7 @@ func registryError(parent context.Context, op string, err error) error {
 		return fmt.Errorf("schema registry: %s: HTTP %d %s", op, re.StatusCode, msg)
 	}
 	if terr := tlsError(err); terr != nil {
-		return fmt.Errorf("schema registry: %s: %w", op, terr)
+		return keyed(fmt.Errorf("schema registry: %s: %w", op, terr), terr.keys...)
 	}
 	var ue *url.Error
 	var ne net.Error
@@ -90,9 +91,26 @@ func registryError(parent context.Context, op string, err error) error {
 	return fmt.Errorf("schema registry: %s: %w", op, err)
 }
 
+// credentialKeys are the settings of the registry's credentials.
+var credentialKeys = []string{"schema-registry-username", "schema-registry-password", "schema-registry-bearer-token-file"}
+
+// keyedError is err, which a change of the settings keys fixes (a registry
+// that refuses the credentials, a TLS failure): the message says the fix in
+// words, SettingKeys gives the keys, the main one first.
+type keyedError struct {
+	err  error
+	keys []string
+}
+
+func keyed(err error, keys ...string) *keyedError { return &keyedError{err: err, keys: keys} }
+
+func (e *keyedError) Error() string         { return e.err.Error() }
+func (e *keyedError) Unwrap() error         { return e.err }
+func (e *keyedError) SettingKeys() []string { return e.keys }
+
 // tlsError explains a TLS failure of a registry connection, nil for other
 // errors. It is permanent: the configuration must change.
-func tlsError(err error) error {
+func tlsError(err error) *keyedError {
 	var (
 		unknownCA x509.UnknownAuthorityError
 		hostErr   x509.HostnameError
@@ -103,15 +121,16 @@ func tlsError(err error) error {
 	)
 	switch {
 	case errors.As(err, &unknownCA):
-		return fmt.Errorf("TLS: certificate signed by unknown authority (set --schema-registry-tls-ca-file to the CA that signed the registry's certificate): %w", err)
+		return keyed(fmt.Errorf("TLS: certificate signed by unknown authority (set the registry's CA file to the CA that signed its certificate): %w", err), "schema-registry-tls-ca-file")
 	case errors.As(err, &hostErr):
-		return fmt.Errorf("TLS: the registry's certificate is not valid for its URL's host (set --schema-registry-tls-server-name): %w", err)
+		return keyed(fmt.Errorf("TLS: the registry's certificate is not valid for its URL's host (set the registry's TLS server name to a name in it): %w", err), "schema-registry-tls-server-name", "schema-registry-url")
 	case errors.As(err, &invalid), errors.As(err, &verify):
-		return fmt.Errorf("TLS: the registry's certificate is invalid: %w", err)
+		return keyed(fmt.Errorf("TLS: the registry's certificate is invalid (renew it, or check the clock): %w", err), "schema-registry-tls-ca-file")
 	case errors.As(err, &recordErr):
-		return fmt.Errorf("TLS: the registry does not speak TLS at this URL (use http://): %w", err)
+		return keyed(fmt.Errorf("TLS: the registry does not speak TLS at this URL (use http://): %w", err), "schema-registry-url")
 	case errors.As(err, &opErr) && opErr.Op == "remote error":
-		return fmt.Errorf("TLS: the registry refused the connection's client certificate (set --schema-registry-tls-cert-file and --schema-registry-tls-key-file to one it trusts): %w", err)
+		return keyed(fmt.Errorf("TLS: the registry refused the connection's client certificate (set the registry's client certificate and key to ones it trusts): %w", err),
+			"schema-registry-tls-cert-file", "schema-registry-tls-key-file")
 	}
 	return nil
 }

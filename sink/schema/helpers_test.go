@@ -2,10 +2,12 @@ package schema
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,5 +110,15 @@ func wantErr(t *testing.T, err error, parts ...string) {
 		if !strings.Contains(err.Error(), p) {
 			t.Fatalf("error %q does not contain %q", err, p)
 		}
+	}
+}
+
+// wantKeys fails unless err (or an error it wraps) names exactly keys as the
+// settings that fix it.
+func wantKeys(t *testing.T, err error, keys ...string) {
+	t.Helper()
+	var k interface{ SettingKeys() []string }
+	if !errors.As(err, &k) || !slices.Equal(k.SettingKeys(), keys) {
+		t.Fatalf("error %v: setting keys %v, want %v", err, k, keys)
 	}
 }

@@ -35,8 +35,8 @@ func newClient(c Config, log *slog.Logger) (*client, error) {
 	}
 	if tc != nil {
 		if tc.InsecureSkipVerify {
-			log.Warn("schema registry TLS certificate verification is disabled (--schema-registry-tls-insecure-skip-verify): " +
-				"anyone between walrelay and the registry can read and change the traffic; set --schema-registry-tls-ca-file instead")
+			log.Warn("schema registry TLS certificate verification is disabled: anyone between walrelay and the registry "+
+				"can read and change the traffic; set the registry's CA file instead", "settings", []string{"schema-registry-tls-insecure-skip-verify", "schema-registry-tls-ca-file"})
 		}
 		opts = append(opts, sr.DialTLSConfig(tc))
 	}
@@ -66,7 +66,7 @@ func newClient(c Config, log *slog.Logger) (*client, error) {
 		plain = false
 	}
 	if plain {
-		log.Warn("schema registry credentials over http:// travel in clear text; use an https:// URL")
+		log.Warn("schema registry credentials over http:// travel in clear text; use an https:// URL", "settings", []string{"schema-registry-url"})
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {

@@ -133,6 +133,7 @@ func TestRegistryNotAuthorized(t *testing.T) {
 			t.Fatalf("HTTP %d: %v, want a permanent ErrNotAuthorized", code, err)
 		}
 		wantErr(t, err, "not authorized", fmt.Sprintf("HTTP %d %s", code, http.StatusText(int(code))))
+		wantKeys(t, err, "schema-registry-username", "schema-registry-password", "schema-registry-bearer-token-file")
 		if strings.Contains(err.Error(), "s3cret-pw") || strings.Contains(err.Error(), "no response") {
 			t.Fatalf("error %q", err)
 		}
@@ -362,7 +363,8 @@ func TestRegistryTLS(t *testing.T) {
 	if err == nil || IsRetryable(err) {
 		t.Fatalf("without the CA: %v, want a permanent TLS error", err)
 	}
-	wantErr(t, err, "unknown authority", "schema-registry-tls-ca-file")
+	wantErr(t, err, "unknown authority", "set the registry's CA file")
+	wantKeys(t, err, "schema-registry-tls-ca-file")
 	// mTLS: a registry that requires a client certificate.
 	srv2 := httptest.NewUnstartedServer(reg.Handler())
 	srv2.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
@@ -376,6 +378,7 @@ func TestRegistryTLS(t *testing.T) {
 		t.Fatalf("no client certificate: %v, want a permanent TLS error", err)
 	}
 	wantErr(t, err, "client certificate")
+	wantKeys(t, err, "schema-registry-tls-cert-file", "schema-registry-tls-key-file")
 	certPEM, keyPEM := selfSigned(t)
 	cert, key := writeFile(t, dir, "c.pem", certPEM), writeFile(t, dir, "k.pem", keyPEM)
 	e, err = New(Config{URLs: []string{srv2.URL}, TLS: TLSConfig{CAFile: ca2, CertFile: cert, KeyFile: key}, Rules: rules}, quiet)
@@ -472,6 +475,8 @@ func TestConfigValidate(t *testing.T) {
 		var se *SettingError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a *SettingError with %q", tc.name, err, tc.want)
+		} else if keys := se.SettingKeys(); len(keys) == 0 || !strings.HasPrefix(keys[0], "schema-") {
+			t.Errorf("%s: setting keys %v", tc.name, keys)
 		}
 	}
 }
