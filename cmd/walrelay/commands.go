@@ -14,14 +14,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
 // run is `walrelay run`: the relay until ctx ends or it stops on a failure.
-func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+func run(ctx context.Context, cfg config.Config, c *call) int {
+	log := c.log
 	v, _ := relay.BuildVersion()
 	rc := cfg.Replication()
 	if cfg.Procs > 0 {
@@ -36,10 +37,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 	}
 	if err != nil {
 		err, isConfig := settingError(err)
-		log.Error("walrelay stopped", "error", err.Error())
 		if isConfig {
+			c.invalid(err)
 			return ExitConfig
 		}
+		c.failed("walrelay stopped", err)
 		return ExitFailure
 	}
 	log.Info("walrelay stopped cleanly")
@@ -60,7 +62,9 @@ func settingError(err error) (error, bool) {
 		return err, true
 	case errors.As(err, &oe):
 		key, ok := optionKeys[oe.Option]
-		if !ok {
+		if keys := config.SettingKeys(oe); len(keys) > 0 {
+			key = keys[0]
+		} else if !ok {
 			key = oe.Option
 		}
 		return &config.Error{Key: key, Err: oe.Err}, true
@@ -68,6 +72,21 @@ func settingError(err error) (error, bool) {
 		return config.SinkError(se), true
 	}
 	return err, false
+}
+
+// migrateCommand is `walrelay migrate`.
+func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int {
+	return c.result("migrate failed", migrate(ctx, cfg.PostgresDSN, cfg.Table, cfg.Partitioned, c.log))
+}
+
+// statusCommand is `walrelay status`.
+func statusCommand(ctx context.Context, cfg config.StatusConfig, c *call) int {
+	return c.result("status failed", status(ctx, cfg.PostgresDSN, cfg.Slot, c.stdout))
+}
+
+// doctorCommand is `walrelay doctor`.
+func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
+	return doctor(ctx, cfg, c.stdout)
 }
 
 // migrate applies the default migrations to table; with partitioned, the
@@ -189,7 +208,7 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 	report := func(name string, err error) {
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %v\n", name, err)
+			fmt.Fprintf(w, "FAIL %-11s %s\n", name, config.Explain(err))
 			return
 		}
 		fmt.Fprintf(w, "ok   %-11s reachable\n", name)
@@ -199,11 +218,15 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		report("postgres", err)
 	}
 	for _, f := range findings {
+		note := f.Note
+		if k, ok := any(f).(interface{ SettingKeys() []string }); ok {
+			note = config.WithSettings(note, k.SettingKeys())
+		}
 		if f.OK {
-			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, f.Note)
+			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, note)
 		} else {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, f.Note)
+			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}
 	}
 	if cfg.MessagePrefix != "" && err == nil {
@@ -225,7 +248,7 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		note, err := checkExactlyOnce(ctx, snk, opts.ExactlyOnce, cfg.KafkaTimeout)
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %v\n", "exactly-once", err)
+			fmt.Fprintf(w, "FAIL %-11s %s\n", "exactly-once", config.Explain(err))
 		} else {
 			fmt.Fprintf(w, "ok   %-11s %s\n", "exactly-once", note)
 		}

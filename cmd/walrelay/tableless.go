@@ -38,7 +38,7 @@ func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note strin
 		err = fmt.Errorf("unexpected result")
 	}
 	if err != nil {
-		return false, fmt.Sprintf("could not check who may call pg_logical_emit_message: %v", err)
+		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}
 	var public, self []string
 	for _, r := range res[0].Rows {
