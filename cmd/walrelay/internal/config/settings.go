@@ -133,7 +133,7 @@ func ReadSecretFile(key, path string, dst *string) error {
 		return nil
 	}
 	if *dst != "" {
-		return invalid(key+"-file", "both %s and its file are set; keep one", key)
+		return invalid(key+"-file", "both %s and %s-file are set (by a flag, the environment or the config file); keep one", key, key)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
