@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 )
 
 // mainOut runs Main with env and returns the exit code and everything printed.
@@ -100,5 +103,37 @@ func TestNoDoubledWords(t *testing.T) {
 				t.Errorf("walrelay %s says %q:\n%s", strings.Join(args, " "), doubled, out)
 			}
 		}
+	}
+}
+
+// TestCommandOfSeveralWords: a command named by two words (as dlq redrive
+// will be) is found, loads its settings like any other, and has its usage
+// and help.
+func TestCommandOfSeveralWords(t *testing.T) {
+	var ran []string
+	redrive := newCommand(config.Command{Name: "dlq redrive", Usage: "Usage: walrelay dlq redrive\n"}, "", "re-send dead letters",
+		func() config.NoSettings { return config.NoSettings{} },
+		func(_ context.Context, _ config.NoSettings, c *call) int { ran = append(ran, c.name); return ExitOK })
+	cmds := append(commands(), redrive)
+	exec := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := execute(context.Background(), cmds, args, envMap(nil), streams{stdout: &out, stderr: &out})
+		return code, out.String()
+	}
+	if code, out := exec("dlq", "redrive"); code != ExitOK || len(ran) != 1 || ran[0] != "dlq redrive" {
+		t.Errorf("dlq redrive: exit %d, ran %v\n%s", code, ran, out)
+	}
+	if code, out := exec("dlq", "redrive", "--config", filepath.Join(t.TempDir(), "missing.yaml")); code != ExitConfig || !strings.Contains(out, "missing.yaml") {
+		t.Errorf("dlq redrive --config missing: exit %d\n%s", code, out)
+	}
+	if code, out := exec("dlq", "redrive", "extra"); code != ExitConfig || !strings.HasPrefix(out, "walrelay dlq redrive: ") {
+		t.Errorf("dlq redrive extra: exit %d\n%s", code, out)
+	}
+	if code, out := exec("help", "dlq", "redrive"); code != ExitOK || !strings.HasPrefix(out, "Usage: walrelay dlq redrive\n") {
+		t.Errorf("help dlq redrive: exit %d\n%s", code, out)
+	}
+	if code, out := exec("dlq"); code != ExitConfig || !strings.Contains(out, `unknown command "dlq"`) ||
+		!regexp.MustCompile(`\n  walrelay dlq redrive +re-send dead letters\n`).MatchString(out) {
+		t.Errorf("dlq alone: exit %d\n%s", code, out)
 	}
 }

@@ -48,9 +48,6 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 	return ExitOK
 }
 
-// optionKeys are the configuration keys of the runtime's options.
-var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
-
 // settingError returns err naming the configuration key when a setting
 // caused it (true), else err unchanged (false).
 func settingError(err error) (error, bool) {
@@ -61,13 +58,7 @@ func settingError(err error) (error, bool) {
 	case errors.As(err, &ce):
 		return err, true
 	case errors.As(err, &oe):
-		key, ok := optionKeys[oe.Option]
-		if keys := config.SettingKeys(oe); len(keys) > 0 {
-			key = keys[0]
-		} else if !ok {
-			key = oe.Option
-		}
-		return &config.Error{Key: key, Err: oe.Err}, true
+		return config.OptionError(oe), true
 	case errors.As(err, &se):
 		return config.SinkError(se), true
 	}

@@ -237,7 +237,7 @@ func TestTerminalOutput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := execute(context.Background(), c.args, envMap(nil), streams{stdout: &stdout, stderr: &stderr, terminal: c.terminal})
+			code := execute(context.Background(), commands(), c.args, envMap(nil), streams{stdout: &stdout, stderr: &stderr, terminal: c.terminal})
 			out := stderr.String()
 			if code != ExitConfig || strings.Count(out, "\n") != 1 {
 				t.Fatalf("exit %d, want %d and one line:\n%s", code, ExitConfig, out)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -49,11 +50,15 @@ func commands() []command {
 func usage(cmds []command) string {
 	var b strings.Builder
 	b.WriteString("walrelay relays transactional-outbox events from Postgres logical replication to Kafka.\n\nUsage:\n")
+	width := len("help [command]")
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "  walrelay %-7s %-7s   %s\n", c.spec.Name, c.args, c.summary)
+		width = max(width, len(c.spec.Name)+1+len(c.args))
 	}
-	b.WriteString(`  walrelay help    [command]
-
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "  walrelay %-*s   %s\n", width, strings.TrimSpace(c.spec.Name+" "+c.args), c.summary)
+	}
+	fmt.Fprintf(&b, "  walrelay %-*s   %s\n", width, "help [command]", "print this, or the usage of a command")
+	b.WriteString(`
 Run 'walrelay <command> -h' for its settings. Every command reads them the
 same way: a flag --name, the environment variable WALRELAY_NAME (upper case,
 _ for -), or the key name (with _ for -) of the YAML file given by --config or
@@ -67,30 +72,39 @@ command: each ignores the keys of the others' settings.
 // errors go to stderr: as text when stderr is a terminal, else as JSON
 // (--log-format overrides).
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	return execute(ctx, args, getenv, streams{stdout: stdout, stderr: stderr, terminal: isTerminal(stderr)})
+	return execute(ctx, commands(), args, getenv, streams{stdout: stdout, stderr: stderr, terminal: isTerminal(stderr)})
 }
 
-// execute is Main with the terminal test done.
-func execute(ctx context.Context, args []string, getenv func(string) string, out streams) int {
-	cmds := commands()
+// execute runs the command of cmds that args name, with the terminal test
+// done.
+func execute(ctx context.Context, cmds []command, args []string, getenv func(string) string, out streams) int {
 	if len(args) == 0 {
 		fmt.Fprint(out.stderr, usage(cmds))
 		return ExitConfig
 	}
-	name, rest := args[0], args[1:]
-	switch name {
+	switch args[0] {
 	case "help", "-h", "--help":
-		return help(ctx, cmds, rest, getenv, out)
+		return help(ctx, cmds, args[1:], getenv, out)
 	case "--version", "-version":
-		name = "version"
+		args = append([]string{"version"}, args[1:]...)
 	}
+	if c, rest, ok := find(cmds, args); ok {
+		return c.exec(ctx, rest, getenv, out)
+	}
+	fmt.Fprintf(out.stderr, "unknown command %q\n\n%s", args[0], usage(cmds))
+	return ExitConfig
+}
+
+// find returns the command of cmds whose name (one word, or several as in
+// "dlq redrive") args start with, and the rest of args.
+func find(cmds []command, args []string) (command, []string, bool) {
 	for _, c := range cmds {
-		if c.spec.Name == name {
-			return c.exec(ctx, rest, getenv, out)
+		words := strings.Fields(c.spec.Name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c, args[len(words):], true
 		}
 	}
-	fmt.Fprintf(out.stderr, "unknown command %q\n\n%s", name, usage(cmds))
-	return ExitConfig
+	return command{}, nil, false
 }
 
 // help is `walrelay help [command]`: walrelay's usage, or the command's.
@@ -99,15 +113,15 @@ func help(ctx context.Context, cmds []command, args []string, getenv func(string
 		fmt.Fprint(out.stdout, usage(cmds))
 		return ExitOK
 	}
-	if len(args) == 1 {
-		for _, c := range cmds {
-			if c.spec.Name == args[0] {
-				return c.exec(ctx, []string{"-h"}, getenv, out)
-			}
-		}
-		return badArgs(out.stderr, "help", fmt.Errorf("no command %q", args[0]), "run 'walrelay help' for the commands")
+	const hint = "run 'walrelay help' for the commands"
+	c, rest, ok := find(cmds, args)
+	switch {
+	case !ok:
+		return badArgs(out.stderr, "help", fmt.Errorf("no command %q", strings.Join(args, " ")), hint)
+	case len(rest) > 0:
+		return badArgs(out.stderr, "help", fmt.Errorf("unexpected argument %q (help takes one command)", rest[0]), hint)
 	}
-	return badArgs(out.stderr, "help", fmt.Errorf("unexpected argument %q (help takes one command)", args[1]), "run 'walrelay help' for the commands")
+	return c.exec(ctx, []string{"-h"}, getenv, out)
 }
 
 // version is `walrelay version`.

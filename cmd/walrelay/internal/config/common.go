@@ -98,20 +98,9 @@ func validateReplication(rc replication.Config) error {
 	}
 	var se *replication.SettingError
 	if errors.As(err, &se) {
-		return &Error{Key: settingKey(se, se.Setting), Err: se.Err}
+		return keyedError(se, se.Setting, se.Err)
 	}
 	return err
-}
-
-// settingKey is the key err names (its SettingKeys, first the main one), or
-// fallback when it names none.
-func settingKey(err error, fallback string) string {
-	if k, ok := err.(settingKeyer); ok {
-		if keys := k.SettingKeys(); len(keys) > 0 {
-			return keys[0]
-		}
-	}
-	return fallback
 }
 
 // oneTable refuses a --table that names several tables, for commands that

@@ -363,7 +363,7 @@ var sinkKeys = map[string]string{
 
 // SinkError returns err, a *sink.SettingError from the sink's Validate or
 // New (a TLS or secret file that cannot be read), as an *Error naming the
-// key; other errors unchanged.
+// settings; other errors unchanged.
 func SinkError(err error) error {
 	var se *sink.SettingError
 	if !errors.As(err, &se) {
@@ -371,16 +371,28 @@ func SinkError(err error) error {
 	}
 	key, ok := sinkKeys[se.Setting]
 	switch {
-	case settingKey(se, "") != "":
-		key = settingKey(se, "")
 	case ok:
 	case strings.HasPrefix(se.Setting, "sasl-"):
 		key = se.Setting
 	default:
 		key = "kafka-" + se.Setting
 	}
-	return &Error{Key: key, Err: se.Err}
+	return keyedError(se, key, se.Err)
 }
+
+// OptionError returns oe, a *relay.OptionError, as an *Error naming the
+// settings: those oe names (SettingKeys), else the key of its Options field.
+func OptionError(oe *relay.OptionError) *Error {
+	key, ok := optionKeys[oe.Option]
+	if !ok {
+		key = oe.Option
+	}
+	return keyedError(oe, key, oe.Err)
+}
+
+// optionKeys are the configuration keys of the runtime's options whose
+// names are not the key.
+var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
 
 func columnPreset(name string) (decoder.Columns, error) {
 	switch name {

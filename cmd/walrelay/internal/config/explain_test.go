@@ -4,23 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/sink"
 )
 
-// keyedError is a library error that names settings, as the contract asks.
-type keyedError struct {
+// libError is a library error that names settings, as the contract asks.
+type libError struct {
 	msg  string
 	keys []string
 	err  error
 }
 
-func (e *keyedError) Error() string         { return e.msg }
-func (e *keyedError) Unwrap() error         { return e.err }
-func (e *keyedError) SettingKeys() []string { return e.keys }
+func (e *libError) Error() string         { return e.msg }
+func (e *libError) Unwrap() error         { return e.err }
+func (e *libError) SettingKeys() []string { return e.keys }
 
 func TestExplain(t *testing.T) {
-	sasl := &keyedError{msg: `kafka: SASL authentication failed for user "x" with SCRAM-SHA-512 — check the SASL username and password`,
+	sasl := &libError{msg: `kafka: SASL authentication failed for user "x" with SCRAM-SHA-512 — check the SASL username and password`,
 		keys: []string{"sasl-username", "sasl-password"}}
-	slot := &keyedError{msg: "slot in use", keys: []string{"slot"}}
+	slot := &libError{msg: "slot in use", keys: []string{"slot"}}
 	for _, c := range []struct {
 		name string
 		err  error
@@ -34,11 +37,11 @@ func TestExplain(t *testing.T) {
 				"(settings: --sasl-username / WALRELAY_SASL_USERNAME / sasl_username in --config; " +
 				"WALRELAY_SASL_PASSWORD, or a file: --sasl-password-file / WALRELAY_SASL_PASSWORD_FILE / sasl_password_file in --config)"},
 		{"wrapped", fmt.Errorf("start: %w", slot), "start: slot in use (setting: --slot / WALRELAY_SLOT / slot in --config)"},
-		{"joined, each key once", errors.Join(slot, fmt.Errorf("again: %w", slot), &keyedError{msg: "tables", keys: []string{"tables", "slot"}}),
+		{"joined, each key once", errors.Join(slot, fmt.Errorf("again: %w", slot), &libError{msg: "tables", keys: []string{"tables", "slot"}}),
 			"slot in use\nagain: slot in use\ntables (settings: --slot / WALRELAY_SLOT / slot in --config; tables in --config)"},
-		{"nested keys after the outer ones", &keyedError{msg: "outer", keys: []string{"kafka-tls-ca-file"}, err: slot},
+		{"nested keys after the outer ones", &libError{msg: "outer", keys: []string{"kafka-tls-ca-file"}, err: slot},
 			"outer (settings: --kafka-tls-ca-file / WALRELAY_KAFKA_TLS_CA_FILE / kafka_tls_ca_file in --config; --slot / WALRELAY_SLOT / slot in --config)"},
-		{"a key no command has", &keyedError{msg: "m", keys: []string{"no-such-key"}}, "m (setting: no-such-key)"},
+		{"a key no command has", &libError{msg: "m", keys: []string{"no-such-key"}}, "m (setting: no-such-key)"},
 		{"config.Error", invalid("max-in-flight", "must be at least 2"), "max-in-flight: must be at least 2 (setting: --max-in-flight / WALRELAY_MAX_IN_FLIGHT / max_in_flight in --config)"},
 		{"config.Error from env", &Error{Key: "slot", Source: "env WALRELAY_SLOT", Err: errors.New("bad")}, "slot (from env WALRELAY_SLOT): bad (setting: --slot / WALRELAY_SLOT / slot in --config)"},
 		{"the DSN", invalid("postgres-dsn", "required"),
@@ -60,6 +63,33 @@ func TestEveryKeyRenders(t *testing.T) {
 	for _, k := range KnownKeys() {
 		if got := WithSettings("m", []string{k}); got == "m (setting: "+k+")" {
 			t.Errorf("%s renders bare: %s", k, got)
+		}
+	}
+}
+
+// TestLibrarySettingErrors: the command's *Error made of a library's setting
+// error names every setting the library named (SettingKeys), or falls back
+// to the key the command maps the library's name to.
+func TestLibrarySettingErrors(t *testing.T) {
+	cause := errors.New("cannot read")
+	lib := &libError{msg: "kafka tls-cert-file: cannot read", keys: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}, err: cause}
+	for _, c := range []struct {
+		name string
+		err  *Error
+		want string
+	}{
+		{"keys from the library", keyedError(lib, "fallback", cause),
+			"kafka-tls-cert-file: cannot read (settings: --kafka-tls-cert-file / WALRELAY_KAFKA_TLS_CERT_FILE / kafka_tls_cert_file in --config; " +
+				"--kafka-tls-key-file / WALRELAY_KAFKA_TLS_KEY_FILE / kafka_tls_key_file in --config)"},
+		{"no keys: the fallback", keyedError(errors.New("x"), "kafka-tls-ca-file", cause),
+			"kafka-tls-ca-file: cannot read (setting: --kafka-tls-ca-file / WALRELAY_KAFKA_TLS_CA_FILE / kafka_tls_ca_file in --config)"},
+		{"relay option", OptionError(&relay.OptionError{Option: "MetricsAddr", Err: cause}),
+			"metrics-addr: cannot read (setting: --metrics-addr / WALRELAY_METRICS_ADDR / metrics_addr in --config)"},
+		{"sink setting", SinkError(&sink.SettingError{Setting: "tls-ca-file", Err: cause}).(*Error),
+			"kafka-tls-ca-file: cannot read (setting: --kafka-tls-ca-file / WALRELAY_KAFKA_TLS_CA_FILE / kafka_tls_ca_file in --config)"},
+	} {
+		if got := Explain(c.err); got != c.want {
+			t.Errorf("%s: Explain =\n%s\nwant\n%s", c.name, got, c.want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ type Settings interface {
 // Command is what the loader needs to know of a command besides its
 // settings: its name and what its -h prints.
 type Command struct {
-	Name  string // the word after walrelay: run, prune, ...
+	Name  string // the words after walrelay: run, prune, dlq redrive, ...
 	Usage string // -h prints it above the settings
 	// Groups are the groups of settings -h lists, in the usual order; nil
 	// lists them all. The command takes its other settings all the same.

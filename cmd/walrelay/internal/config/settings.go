@@ -56,6 +56,9 @@ type Error struct {
 	Key    string
 	Source string // "env WALRELAY_X", the --config file's path, or "" (a flag, or the combination is wrong)
 	Err    error
+	// Also are more settings the refusal concerns (a library error that
+	// named several), after Key.
+	Also []string
 }
 
 func (e *Error) Error() string {
@@ -80,7 +83,19 @@ func (e *Error) SettingKeys() []string {
 	if e.Key == usageKey || e.Key == configKey {
 		return nil
 	}
-	return []string{e.Key}
+	return append([]string{e.Key}, e.Also...)
+}
+
+// keyedError returns lib, a library error that refused a setting, as an
+// *Error with cause as its reason, naming the settings lib names
+// (SettingKeys, first the main one), or fallback when it names none.
+func keyedError(lib error, fallback string, cause error) *Error {
+	if k, ok := lib.(settingKeyer); ok {
+		if keys := k.SettingKeys(); len(keys) > 0 {
+			return &Error{Key: keys[0], Also: keys[1:], Err: cause}
+		}
+	}
+	return &Error{Key: fallback, Err: cause}
 }
 
 // invalid returns the *Error for key with a formatted reason.
