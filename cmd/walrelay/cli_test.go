@@ -137,3 +137,18 @@ func TestCommandOfSeveralWords(t *testing.T) {
 		t.Errorf("dlq alone: exit %d\n%s", code, out)
 	}
 }
+
+// TestDoctorLinesNameTheCheckOnce: doctor's line for a server it cannot
+// reach names the check once, not again as the error's own prefix.
+func TestDoctorLinesNameTheCheckOnce(t *testing.T) {
+	code, out := mainOut(nil, "doctor", "--postgres-dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=2",
+		"--kafka-brokers", "127.0.0.1:1", "--kafka-timeout", "1s")
+	if code != ExitFailure || !strings.Contains(out, "FAIL kafka ") || !strings.Contains(out, "FAIL postgres ") {
+		t.Fatalf("doctor with nothing reachable: exit %d, want %d with a FAIL line per server:\n%s", code, ExitFailure, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && strings.TrimSuffix(f[2], ":") == f[1] {
+			t.Errorf("doctor line names its check twice: %s", l)
+		}
+	}
+}

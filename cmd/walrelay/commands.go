@@ -199,7 +199,8 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 	report := func(name string, err error) {
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %s\n", name, config.Explain(err))
+			// The line names the check; an error that starts with it ("kafka: ...") need not.
+			fmt.Fprintf(w, "FAIL %-11s %s\n", name, strings.TrimPrefix(config.Explain(err), name+": "))
 			return
 		}
 		fmt.Fprintf(w, "ok   %-11s reachable\n", name)
