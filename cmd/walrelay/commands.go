@@ -164,9 +164,9 @@ func migrateError(ctx context.Context, conn *pgconn.PgConn, schema string, err e
 func status(ctx context.Context, dsn, slot string, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgconn.Connect(cctx, dsn)
+	conn, err := replication.Connect(cctx, dsn)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), slot)

@@ -204,10 +204,10 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 // walrelay's publication and slot (and writes the nudge message).
 func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 
@@ -302,9 +302,9 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	from, err := readSlot(cctx, conn, cfg.FromSlot)
