@@ -333,6 +333,8 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	// franz-go's warnings reach the log (not Ping's: its failure says it all).
+	s.extra = append([]kgo.Opt{kgo.WithLogger(kafkaLogger(s.log))}, s.extra...)
 	// Adaptive batching paces the rounds itself (the gate); the client sends
 	// what the gate hands it at once.
 	adaptive := cfg.Batching == BatchingAdaptive && !s.transactional
