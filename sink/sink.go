@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/decoder"
 )
@@ -308,6 +309,8 @@ type Sink struct {
 
 	gate          *gate // adaptive batching; nil when fixed or transactional
 	transactional bool  // WithTransactionalID
+
+	tracer trace.Tracer // WithTracerProvider; nil: no spans (tracing.go)
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -487,6 +490,7 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 func (s *Sink) Send(ctx context.Context, r Record, done func(error)) {
 	id, lsn := r.id, r.lsn
 	promise := func(rec *kgo.Record, err error) {
+		endSpan(rec, err)
 		if err != nil {
 			done(&ProduceError{Topic: rec.Topic, EventID: id, LSN: lsn.String(), Err: err})
 			return
@@ -506,6 +510,9 @@ func (s *Sink) record(topic string, ev *decoder.Event) (*kgo.Record, int) {
 	rec, dropped := buildRecord(topic, ev, s.cfg.CloudEvents)
 	if s.cfg.CloudEvents {
 		rec.Headers = append(rec.Headers, CloudEventsHeaders(ev, rec.Timestamp, s.cfg.CloudEventsSource, s.cfg.ContentType)...)
+	}
+	if s.tracer != nil {
+		s.startSpan(rec, ev)
 	}
 	return rec, dropped
 }
