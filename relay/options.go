@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -52,6 +54,12 @@ type Options struct {
 	ExactlyOnce *ExactlyOnce
 
 	Logger *slog.Logger // nil: slog.Default()
+
+	// TracerProvider makes a span per event (sink.WithTracerProvider) for an
+	// embedding program that has its own; nil: Run builds one from the
+	// OTEL_* environment variables, and traces only when they set an OTLP
+	// endpoint (ParseTracingEnv).
+	TracerProvider trace.TracerProvider
 }
 
 // ExactlyOnce holds the settings of exactly-once delivery (eos.go).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,13 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, slot)
 
-	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() })}
+	tracing, err := startTracing(ctx, opts.TracerProvider, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.shutdown() // after the sink's Close: the spans of failed records are ended by then
+	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }),
+		tracing.sinkOption()}
 	if opts.ExactlyOnce != nil {
 		sopts = append(sopts, sink.WithTransactionalID(opts.ExactlyOnce.TransactionalID))
 	}
