@@ -105,6 +105,9 @@ func Run(ctx context.Context, opts Options) error {
 	if conn.Created {
 		log.Info("created replication slot", "slot", slot, "lsn", conn.Start.String())
 	}
+	for _, w := range conn.Warnings {
+		log.Warn(w, "slot", slot)
+	}
 	// From now on the slot holds the position of events not yet confirmed.
 	// If it vanishes (dropped by someone), recreating it would silently skip
 	// the events written meanwhile: reconnects never create it.

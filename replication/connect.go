@@ -38,6 +38,10 @@ type Conn struct {
 	// opened (IDENTIFY_SYSTEM's xlogpos): no position of its history lies
 	// beyond it yet.
 	WALEnd pglogrepl.LSN
+	// Warnings are settings that make walrelay unsafe in a way it cannot
+	// refuse (e.g. a failover slot whose changes no standby must confirm
+	// first); the caller logs them once.
+	Warnings []string
 }
 
 // connect validates cfg and opens a replication=database connection.

@@ -166,5 +166,24 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	} else {
 		add("slot", nil, fmt.Sprintf("%q at %s", cfg.Slot, slotCfg.Start))
 	}
+	if cfg.SlotFailover {
+		warnings, err := c.primaryFailoverWarnings(ctx)
+		if err != nil {
+			return out, err
+		}
+		if len(warnings) == 0 {
+			add("slot-failover", nil, "synchronized_standby_slots is set on the primary")
+		}
+		for _, w := range warnings {
+			out = append(out, Finding{Check: "slot-failover", Note: w})
+		}
+		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot)
+		if err != nil {
+			return out, err
+		}
+		for _, f := range checks {
+			out = append(out, Finding{Check: "standby " + f.Server, OK: f.OK, Note: f.Note})
+		}
+	}
 	return out, nil
 }
