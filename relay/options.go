@@ -41,7 +41,11 @@ type Options struct {
 	MaxInFlight int
 	OnPoison    string // OnPoisonDLQ or OnPoisonStop
 
-	HeartbeatInterval    time.Duration // 0: no heartbeats
+	HeartbeatInterval time.Duration // 0: no heartbeats
+	// HeartbeatDSN is where heartbeats are written when Replication.DSN is
+	// a standby (logical decoding on a standby, Postgres 16+): the primary.
+	// "" writes them through Replication.DSN.
+	HeartbeatDSN         string
 	SlotMetricsInterval  time.Duration // 0: no walrelay_slot_* metrics
 	StandbyRetryInterval time.Duration // wait between tries of a slot another process holds
 	ShutdownTimeout      time.Duration // bounds the drain after the context ends

@@ -120,8 +120,19 @@ func Run(ctx context.Context, opts Options) error {
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	if opts.HeartbeatInterval > 0 {
-		go heartbeat(hbCtx, rcfg.DSN, opts.HeartbeatInterval, m, log)
+	hbDSN := opts.HeartbeatDSN
+	if hbDSN == "" {
+		hbDSN = rcfg.DSN
+		if conn.Standby && opts.HeartbeatInterval > 0 {
+			// A standby cannot write the heartbeat's WAL: an idle primary
+			// would leave the slot behind.
+			hbDSN = ""
+			log.Warn("walrelay decodes on a standby and has no heartbeat DSN for the primary: heartbeats are off, so the slot stays behind while the primary is idle; set the heartbeat Postgres DSN to the primary",
+				"slot", slot, "setting", "heartbeat-postgres-dsn")
+		}
+	}
+	if opts.HeartbeatInterval > 0 && hbDSN != "" {
+		go heartbeat(hbCtx, hbDSN, opts.HeartbeatInterval, m, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are
