@@ -11,7 +11,9 @@
 #   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
 # pg_ctl refuses to run as root: tests restart Postgres through "$WALRELAY_TEST_ENV_DIR/pg.sh".
 #
-# Knobs: WALRELAY_TEST_DIR (default /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
+# Knobs: WALRELAY_TEST_PG_VERSION (`make test PG=17`: the Postgres major, 14 to 18, default
+# Debian's 15; pgversions.sh installs the others), WALRELAY_TEST_DIR (default
+# /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
 # flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
 # WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging),
 # WALRELAY_TEST_PG_PORT / WALRELAY_TEST_KAFKA_PORT (default: free ports outside the kernel's
@@ -52,6 +54,11 @@ on_exit() {
 
 # Fresh state every run: no slots or topics leak from an earlier run.
 fresh_state_dir "$WALRELAY_TEST_DIR"
+# The Postgres major under test: its server binaries for pg.sh, here and in the tests.
+if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ] && [ -z "${WALRELAY_TEST_PGBIN:-}" ]; then
+	WALRELAY_TEST_PGBIN="$("$WALRELAY_ENV_DIR/pgversions.sh" bin "$WALRELAY_TEST_PG_VERSION" 8>&-)"
+	export WALRELAY_TEST_PGBIN
+fi
 # Temporary files of go and of the tests (t.TempDir, the e2e binary) stay in the state dir too.
 export TMPDIR="$WALRELAY_TEST_DIR/tmp"
 mkdir -p "$TMPDIR"
@@ -79,6 +86,7 @@ WALRELAY_TEST_KAFKA_SECURE=1 "$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
 eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
 eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
 env | grep '^WALRELAY_TEST_' | sort >&2
+log "$("$WALRELAY_TEST_PGBIN/postgres" --version)"
 
 failed=()
 step() {
