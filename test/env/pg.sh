@@ -25,9 +25,9 @@
 #   WALRELAY_TEST_PG_WAL_LEVEL  wal_level (default logical; `replica` for negative tests)
 #   WALRELAY_TEST_PG_VERSION    major to run: 15 (Debian's), or 14, 16, 17, 18 (installed on
 #                               demand by pgversions.sh), or a full version such as 17.5.0
-#   WALRELAY_TEST_PGBIN         server binaries; overrides WALRELAY_TEST_PG_VERSION (default:
-#                               the ones this state dir's cluster was started with, else
-#                               /usr/lib/postgresql/15/bin)
+#   WALRELAY_TEST_PGBIN         server binaries when WALRELAY_TEST_PG_VERSION is not set
+#                               (default: the ones this state dir's cluster was started with,
+#                               else /usr/lib/postgresql/15/bin)
 #
 # pg_ctl and initdb refuse to run as root; as root every server-side command runs as the
 # `postgres` user, which owns the data directory. A second cluster needs its own
@@ -68,15 +68,17 @@ PG_LOG="$PG_STATE/postgres.log"
 PG_BIN_FILE="$PG_STATE/pgbin"
 DEBIAN_PGBIN=/usr/lib/postgresql/15/bin
 
-# find_pgbin: WALRELAY_TEST_PGBIN, else WALRELAY_TEST_PG_VERSION's (installed when missing),
-# else the binaries this state dir's cluster was started with (./pg/pgbin), else Debian's.
+# find_pgbin: WALRELAY_TEST_PG_VERSION's binaries (installed when missing), else
+# WALRELAY_TEST_PGBIN, else the binaries this state dir's cluster was started with
+# (./pg/pgbin), else Debian's. The version comes first: `make test PG=17` must not run the 15
+# that a WALRELAY_TEST_PGBIN left in the shell by `eval "$(make -s env)"` names.
 find_pgbin() {
-	if [ -n "${WALRELAY_TEST_PGBIN:-}" ]; then
-		printf '%s\n' "$WALRELAY_TEST_PGBIN"
-		return
-	fi
 	if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ]; then
 		"$WALRELAY_ENV_DIR/pgversions.sh" bin "$WALRELAY_TEST_PG_VERSION" 8>&- || die "no Postgres $WALRELAY_TEST_PG_VERSION"
+		return
+	fi
+	if [ -n "${WALRELAY_TEST_PGBIN:-}" ]; then
+		printf '%s\n' "$WALRELAY_TEST_PGBIN"
 		return
 	fi
 	if [ -s "$PG_BIN_FILE" ]; then

@@ -12,7 +12,8 @@
 # pg_ctl refuses to run as root: tests restart Postgres through "$WALRELAY_TEST_ENV_DIR/pg.sh".
 #
 # Knobs: WALRELAY_TEST_PG_VERSION (`make test PG=17`: the Postgres major, 14 to 18, default
-# Debian's 15; pgversions.sh installs the others), WALRELAY_TEST_DIR (default
+# Debian's 15; pg.sh installs the others through pgversions.sh and `pg.sh env` hands the
+# tests their WALRELAY_TEST_PGBIN), WALRELAY_TEST_DIR (default
 # /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
 # flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
 # WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging),
@@ -54,11 +55,6 @@ on_exit() {
 
 # Fresh state every run: no slots or topics leak from an earlier run.
 fresh_state_dir "$WALRELAY_TEST_DIR"
-# The Postgres major under test: its server binaries for pg.sh, here and in the tests.
-if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ] && [ -z "${WALRELAY_TEST_PGBIN:-}" ]; then
-	WALRELAY_TEST_PGBIN="$("$WALRELAY_ENV_DIR/pgversions.sh" bin "$WALRELAY_TEST_PG_VERSION" 8>&-)"
-	export WALRELAY_TEST_PGBIN
-fi
 # Temporary files of go and of the tests (t.TempDir, the e2e binary) stay in the state dir too.
 export TMPDIR="$WALRELAY_TEST_DIR/tmp"
 mkdir -p "$TMPDIR"
