@@ -187,7 +187,7 @@ init_cluster() {
 server_major() {
 	local v
 	v="$("$PGBIN/postgres" --version)" || die "$PGBIN/postgres does not run"
-	v="${v##* }"
+	v="$(awk '{print $3}' <<<"$v")" # postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)
 	printf '%s\n' "${v%%.*}"
 }
 
