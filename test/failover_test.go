@@ -310,7 +310,10 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 // environment pScript) with pg_basebackup, gives it a copy of the slot's state file and
 // the older WAL segments the slot still needs (what Patroni does for permanent slots),
 // starts it and waits until it replayed the primary's current position. It is stopped
-// and removed at the end of the test.
+// and removed at the end of the test. Where the server binaries have no pg_basebackup
+// (the Maven builds of 14, 16, 17, 18; Debian's 15 one refuses newer servers), pg.sh
+// standby-create copies the running primary between pg_backup_start and pg_backup_stop
+// instead, with all of its WAL.
 func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slot string) *testEnv {
 	t.Helper()
 	var pDir string
@@ -346,9 +349,6 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 		pgBin = "/usr/lib/postgresql/15/bin"
 	}
 	stateDir, data := filepath.Join(dir, "pg"), filepath.Join(dir, "pg", "data")
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +363,25 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 			t.Fatalf("%s %v: %v\n%s", name, args, err, indent(string(out)))
 		}
 	}
-	if os.Geteuid() == 0 {
-		asRoot := exec.Command("chown", "postgres:", stateDir)
-		if out, err := asRoot.CombinedOutput(); err != nil {
-			t.Fatalf("chown %s: %v\n%s", stateDir, err, out)
+	how := "base backup"
+	if _, err := os.Stat(filepath.Join(pgBin, "pg_basebackup")); err != nil {
+		how = "pg.sh standby-create"
+		if err := runEnvScript(t, env, 3*time.Minute, pScript, "pg.sh", "standby-create", "--no-start", dir, strconv.Itoa(port)); err != nil {
+			t.Fatalf("copy the primary: %v", err)
 		}
+	} else {
+		if err := os.MkdirAll(stateDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			asRoot := exec.Command("chown", "postgres:", stateDir)
+			if out, err := asRoot.CombinedOutput(); err != nil {
+				t.Fatalf("chown %s: %v\n%s", stateDir, err, out)
+			}
+		}
+		asPG(filepath.Join(pgBin, "pg_basebackup"), "-h", pu.Hostname(), "-p", pu.Port(), "-U", "postgres", "-D", data,
+			"-R", "-X", "stream", "-c", "fast")
 	}
-	asPG(filepath.Join(pgBin, "pg_basebackup"), "-h", pu.Hostname(), "-p", pu.Port(), "-U", "postgres", "-D", data,
-		"-R", "-X", "stream", "-c", "fast")
 	pData := filepath.Join(pDir, "pg", "data")
 	asPG("mkdir", "-p", filepath.Join(data, "pg_replslot", slot))
 	asPG("cp", filepath.Join(pData, "pg_replslot", slot, "state"), filepath.Join(data, "pg_replslot", slot, "state"))
@@ -396,7 +407,7 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 			copied++
 		}
 	}
-	t.Logf("standby: base backup in %s, slot %s copied, %d older WAL segments copied (oldest of the backup %s)", data, slot, copied, oldest)
+	t.Logf("standby: %s in %s, slot %s copied, %d older WAL segments copied (oldest of the backup %s)", how, data, slot, copied, oldest)
 	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
 		t.Fatalf("start the standby: %v", err)
 	}
