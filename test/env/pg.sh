@@ -309,9 +309,10 @@ copy_data() {
 	: >"$2/.copied"
 }
 
-# standby_streaming DIR: true when the standby in state dir DIR receives WAL.
+# standby_streaming DIR PORT: the standby in state dir DIR on PORT streams from its primary.
+# (The port is given: the caller's WALRELAY_TEST_PG_PORT is the primary's.)
 standby_streaming() {
-	[ "$(WALRELAY_TEST_DIR="$1" bash "$WALRELAY_ENV_DIR/pg.sh" psql -Atc "SELECT status FROM pg_stat_wal_receiver" 2>/dev/null 8>&-)" = streaming ]
+	[ "$(WALRELAY_TEST_DIR="$1" WALRELAY_TEST_PG_PORT="$2" bash "$WALRELAY_ENV_DIR/pg.sh" psql -Atc "SELECT status FROM pg_stat_wal_receiver" 2>/dev/null 8>&-)" = streaming ]
 }
 
 cmd_standby_create() {
@@ -386,7 +387,7 @@ cmd_standby_create() {
 	[ "$start" = 1 ] || return 0
 	WALRELAY_TEST_DIR="$sdir" WALRELAY_TEST_PG_PORT="$sport" WALRELAY_TEST_PGBIN="$PGBIN" \
 		bash "$WALRELAY_ENV_DIR/pg.sh" start 8>&-
-	wait_until 60 standby_streaming "$sdir" ||
+	wait_until 60 standby_streaming "$sdir" "$sport" ||
 		die "standby on port $sport not streaming after 60 s (log $sstate/postgres.log)"
 	log "standby streaming: postgres://postgres@127.0.0.1:$sport/postgres?sslmode=disable"
 }
