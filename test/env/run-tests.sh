@@ -11,7 +11,10 @@
 #   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
 # pg_ctl refuses to run as root: tests restart Postgres through "$WALRELAY_TEST_ENV_DIR/pg.sh".
 #
-# Knobs: WALRELAY_TEST_PG_VERSION (`make test PG=17`: the Postgres major, 14 to 18, default
+# Knobs: WALRELAY_TEST_PG_MATRIX (the other majors whose core tests run after the suite,
+# default "14 15 16 17 18" less the main one, none when PG or GO_TEST_FLAGS is given; ""
+# skips them), WALRELAY_TEST_PG_VERSION
+# (`make test PG=17`: the Postgres major, 14 to 18, default
 # Debian's 15; pg.sh installs the others through pgversions.sh and `pg.sh env` hands the
 # tests their WALRELAY_TEST_PGBIN), WALRELAY_TEST_DIR (default
 # /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
@@ -123,6 +126,39 @@ elif grep -qs '^func FuzzDecode(' decoder/*_test.go; then
 else
 	log "== fuzz skipped: no FuzzDecode in decoder/*_test.go yet"
 fi
+
+# The other supported Postgres majors: the end-to-end core, the kill -9 chaos test, the
+# failover and standby tests and the tests of what differs between majors, each major on a
+# cluster of its own (installed on demand by pgversions.sh, cached) beside the same Kafka.
+# The whole suite ran above on the main major. WALRELAY_TEST_PG_MATRIX lists the majors
+# (default: every supported one but the main one, unless a major or GO_TEST_FLAGS was
+# chosen: then none).
+PG_CORE='^(TestEndToEnd|TestFaultKill9|TestPostgresFailover|TestDecodingOnStandby|TestSlotFailover|TestFaultBadInputs|TestPublicationWithoutInsertsRefused|TestNewUserErrors|TestTablelessOptIn|TestReadSlotAndEmitMessage)$'
+pg_main="$("$WALRELAY_TEST_PGBIN/postgres" --version | awk '{print $3}' | cut -d. -f1)"
+pg_matrix=()
+matrix_default="14 15 16 17 18"
+if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ] || [ -n "${GO_TEST_FLAGS:-}" ]; then
+	matrix_default=""
+fi
+for v in ${WALRELAY_TEST_PG_MATRIX-$matrix_default}; do
+	[ "$v" = "$pg_main" ] || pg_matrix+=("$v")
+done
+pg_major_core() (
+	local v="$1" dir="$WALRELAY_TEST_DIR/pg$1"
+	local port
+	port="$(free_port_block 1)" || die "no free port for Postgres $v"
+	WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_PORT="$port" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" start 8>&- || return 1
+	eval "$(WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" env)"
+	export WALRELAY_TEST_PG_DSN WALRELAY_TEST_PG_PORT WALRELAY_TEST_PGDATA WALRELAY_TEST_PGBIN WALRELAY_TEST_PG_LOG
+	log "$("$WALRELAY_TEST_PGBIN/postgres" --version)"
+	local rc=0
+	gotest -race -count=1 -timeout 20m -run "$PG_CORE" ./test/ ./replication/ ./cmd/walrelay/ || rc=1
+	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" stop 8>&- || rc=1
+	return "$rc"
+)
+for v in "${pg_matrix[@]}"; do
+	step "postgres-$v" pg_major_core "$v"
+done
 
 # Packaging: the container image (buildah, offline) and the deploy/ manifests (a nested Go
 # module, so the Kubernetes and compose libraries stay out of walrelay's own go.mod).
