@@ -106,6 +106,16 @@ type Config struct {
 	TxnMaxRecords               int
 }
 
+// DefaultMetricsAddr is where /metrics, /healthz and /readyz listen unless
+// metrics-addr says otherwise: loopback only, so that nothing is exposed
+// that was not asked for (a container, or a host scraped from elsewhere,
+// sets all interfaces, ":8187", as deploy/ does), on a port outside
+// 9100-9999, the range of Prometheus exporters' default ports, which is
+// fully allocated (postgres_exporter, often beside walrelay, has 9187), and
+// clear of the Kafka ecosystem's usual ports (Connect 8083, Schema Registry
+// 8081, REST Proxy 8082, ksqlDB 8088).
+const DefaultMetricsAddr = "127.0.0.1:8187"
+
 // Defaults returns the configuration used when nothing is set.
 func Defaults() Config {
 	return Config{
@@ -117,7 +127,7 @@ func Defaults() Config {
 		ColumnMap:              map[string]string{},
 		CloudEventsSource:      "/walrelay/{table}",
 		ContentType:            "application/json",
-		MetricsAddr:            ":9187",
+		MetricsAddr:            DefaultMetricsAddr,
 		CreateSlot:             true,
 		CreatePublication:      true,
 		CreateTopics:           true,
@@ -243,7 +253,7 @@ func (c *Config) settings() []setting {
 		setting{name: "standby-retry-interval", usage: "fixed wait between tries of a slot another process holds (standby)", value: durVal{&c.StandbyRetryInterval}},
 		setting{name: "slot-metrics-interval", usage: "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", value: durVal{&c.SlotMetricsInterval}},
 		setting{name: "shutdown-timeout", usage: "how long SIGTERM waits for in-flight records", value: durVal{&c.ShutdownTimeout}},
-		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
+		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (loopback by default; :8187 for all interfaces; port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
 		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
 		setting{name: "procs", usage: "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", value: intVal{&c.Procs}},
 	)...)
