@@ -8,7 +8,8 @@
 #   make bench-latency  live latency, CPU and RSS at 1k, 5k, 20k events/s, 1 and 10 events/txn
 #   make bench-floor    walrelay vs the least a relay on the same libraries does (test/bench/floor)
 #   make bench-debezium walrelay vs Debezium 3.7 side by side (catch-up and 1k ev/s latency)
-#   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
+#   make up      deps, start a Postgres + Kafka on 55432/59092 (state: WALRELAY_UP_DIR, default
+#                /tmp/walrelay-up) and print their env (make -s env prints it again, make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
 #
 #   PG=14|15|16|17|18  the Postgres major of `make test` and `make up` (default 15, Debian's; the
@@ -85,18 +86,23 @@ release:
 deps:
 	bash $(ENV_DIR)/deps.sh
 
+# make up, env and down keep their own state dir, WALRELAY_UP_DIR (default /tmp/walrelay-up), apart
+# from make test's: their services listen on the documented ports 55432 and 59092 (or the free
+# ones a first start fell back to, remembered there), never on the ports of make test's last run.
+UP := WALRELAY_TEST_DIR='$(or $(WALRELAY_UP_DIR),/tmp/walrelay-up)'
+
 up:
 	$(PG_ENV) bash $(ENV_DIR)/deps.sh
-	$(PG_ENV) bash $(ENV_DIR)/pg.sh start
-	bash $(ENV_DIR)/kafka.sh start
-	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
+	$(UP) $(PG_ENV) bash $(ENV_DIR)/pg.sh start
+	$(UP) bash $(ENV_DIR)/kafka.sh start
+	@$(UP) bash $(ENV_DIR)/pg.sh env; $(UP) bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
 
 env:
-	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
+	@$(UP) bash $(ENV_DIR)/pg.sh env; $(UP) bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
 
 down:
-	-bash $(ENV_DIR)/kafka.sh stop
-	-bash $(ENV_DIR)/pg.sh stop
+	-$(UP) bash $(ENV_DIR)/kafka.sh stop
+	-$(UP) bash $(ENV_DIR)/pg.sh stop
 
 clean:
 	-bash $(ENV_DIR)/clean.sh

@@ -59,6 +59,8 @@ func (d *Decoder) newEvent(walStart pglogrepl.LSN, out *Output) *eventBuilder {
 	ev.LSN, ev.XID, ev.CommitTime = walStart, d.xid, d.commitTime
 	d.hspans = d.hspans[:0]
 	d.hvals = d.hvals[:0]
+	d.espans = d.espans[:0]
+	d.evals = d.evals[:0]
 	b := &d.builder
 	*b = eventBuilder{d: d, out: out, ev: ev, sb: d.sbuf[:0]}
 	return b
@@ -164,6 +166,10 @@ func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, 
 	if len(m.hdr) > 0 {
 		b.sb = d.headerColumns(b.sb, m.hdr, msg, setPoison)
 	}
+	if len(m.env) > 0 {
+		b.sb = d.envelopeColumns(b.sb, m.env, msg, setPoison)
+	}
+	ev.PayloadType = m.typ[rolePayload]
 
 	// Timestamp.
 	if i := m.idx[roleTimestamp]; i >= 0 {
@@ -220,7 +226,7 @@ func (d *Decoder) headerColumns(sb []byte, hdr []hdrCol, msg []byte, setPoison f
 			d.hvals = append(d.hvals, data...)
 		}
 		ks := len(sb)
-		sb = append(sb, h.name...)
+		sb = append(sb, h.key...)
 		d.hspans = append(d.hspans, hdrSpan{keyStart: ks, keyEnd: len(sb), valEnd: len(d.hvals)})
 	}
 	return sb
@@ -243,6 +249,9 @@ func (d *Decoder) trimScratch() {
 	if cap(d.hspans) > maxScratch/16 {
 		d.hspans = nil
 	}
+	if cap(d.evals) > maxScratch {
+		d.evals = nil
+	}
 }
 
 // finish allocates the event's string and byte slice and fills the fields.
@@ -263,14 +272,17 @@ func (d *Decoder) finish(ev *Event, sb []byte, strEnd [3]int,
 			ev.Headers[i].Key = s[h.keyStart:h.keyEnd]
 		}
 	}
-	total := len(d.hvals)
+	if len(d.espans) > 0 {
+		d.envelopeNames(ev, s)
+	}
+	total := len(d.hvals) + len(d.evals)
 	if keyLen > 0 {
 		total += keyLen
 	}
 	if payLen > 0 {
 		total += payLen
 	}
-	if keyLen < 0 && payLen < 0 && len(d.hspans) == 0 {
+	if keyLen < 0 && payLen < 0 && len(d.hspans) == 0 && len(d.espans) == 0 {
 		return
 	}
 	buf := make([]byte, total)
@@ -302,6 +314,10 @@ func (d *Decoder) finish(ev *Event, sb []byte, strEnd [3]int,
 			ev.Headers[i].Value = buf[off+start : off+h.valEnd : off+h.valEnd]
 			start = h.valEnd
 		}
+		off += len(d.hvals)
+	}
+	if len(d.espans) > 0 {
+		d.envelopeValues(ev, buf[off:])
 	}
 }
 

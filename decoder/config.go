@@ -56,13 +56,49 @@ type Columns struct {
 	// includes it (e.g. after ALTER TABLE ... ADD COLUMN). Names must be
 	// non-empty and distinct.
 	HeaderColumns []string
+	// HeaderNames are the header names of HeaderColumns, by position: "" (or
+	// a position past its end) names the header after its column. The names
+	// must be distinct.
+	HeaderNames []string
+	// Envelope are columns whose values the record value carries beside the
+	// payload, in this order (Debezium's outbox router with
+	// table.fields.additional.placement=column:envelope:alias; the sink
+	// builds the value). Each is a mapped column, required in the table
+	// like ID; Event.Envelope holds their values. Names must be non-empty
+	// and distinct and none may be "payload".
+	Envelope []EnvelopeColumn
+}
+
+// EnvelopeColumn is one column placed in the record value's envelope.
+type EnvelopeColumn struct {
+	// Column is the table column.
+	Column string
+	// Name is its name in the envelope; "" names it after the column.
+	Name string
+}
+
+// name is the envelope field name of e.
+func (e EnvelopeColumn) name() string {
+	if e.Name == "" {
+		return e.Column
+	}
+	return e.Name
+}
+
+// headerName is the header name of HeaderColumns[i].
+func (c Columns) headerName(i int) string {
+	if i < len(c.HeaderNames) && c.HeaderNames[i] != "" {
+		return c.HeaderNames[i]
+	}
+	return c.HeaderColumns[i]
 }
 
 // isZero reports whether c is the zero value (no column named), which
 // Table.Columns replaces with DefaultColumns().
 func (c Columns) isZero() bool {
 	return c.ID == "" && c.AggregateType == "" && c.AggregateID == "" && c.EventType == "" &&
-		c.Payload == "" && c.Headers == "" && c.Timestamp == "" && c.Partition == "" && len(c.HeaderColumns) == 0
+		c.Payload == "" && c.Headers == "" && c.Timestamp == "" && c.Partition == "" && len(c.HeaderColumns) == 0 &&
+		len(c.Envelope) == 0
 }
 
 // DefaultColumns returns the column names of walrelay's default outbox table:
@@ -194,15 +230,12 @@ func (c Config) normalized() (Config, error) {
 				return Config{}, &ConfigError{Field: "columns", Err: fmt.Errorf("table %s.%s: column %s is required", t.Schema, t.Name, f.name)}
 			}
 		}
-		// A copy: the caller may reuse its slice after New.
+		// Copies: the caller may reuse its slices after New.
 		t.Columns.HeaderColumns = slices.Clone(t.Columns.HeaderColumns)
-		for j, h := range t.Columns.HeaderColumns {
-			if h == "" {
-				return Config{}, &ConfigError{Field: "header_columns", Err: fmt.Errorf("table %s.%s: header column %d: empty name", t.Schema, t.Name, j)}
-			}
-			if slices.Contains(t.Columns.HeaderColumns[:j], h) {
-				return Config{}, &ConfigError{Field: "header_columns", Err: fmt.Errorf("table %s.%s: header column %q listed twice", t.Schema, t.Name, h)}
-			}
+		t.Columns.HeaderNames = slices.Clone(t.Columns.HeaderNames)
+		t.Columns.Envelope = slices.Clone(t.Columns.Envelope)
+		if err := t.Columns.validateExtras(); err != nil {
+			return Config{}, &ConfigError{Field: err.field, Err: fmt.Errorf("table %s.%s: %w", t.Schema, t.Name, err.err)}
 		}
 		if err := t.Filter.validate(); err != nil {
 			return Config{}, &ConfigError{Field: "filter", Err: fmt.Errorf("table %s.%s: %w", t.Schema, t.Name, err)}
@@ -222,6 +255,51 @@ func (c Config) normalized() (Config, error) {
 	}
 	return n, nil
 }
+
+// extrasError is what validateExtras refuses, and the ConfigError field.
+type extrasError struct {
+	field string
+	err   error
+}
+
+// validateExtras checks the header columns and their names, and the
+// envelope columns.
+func (c Columns) validateExtras() *extrasError {
+	if len(c.HeaderNames) > len(c.HeaderColumns) {
+		return &extrasError{"header_columns", fmt.Errorf("%d header names for %d header columns", len(c.HeaderNames), len(c.HeaderColumns))}
+	}
+	names := make([]string, 0, len(c.HeaderColumns))
+	for j, h := range c.HeaderColumns {
+		if h == "" {
+			return &extrasError{"header_columns", fmt.Errorf("header column %d: empty name", j)}
+		}
+		if slices.Contains(c.HeaderColumns[:j], h) {
+			return &extrasError{"header_columns", fmt.Errorf("header column %q listed twice", h)}
+		}
+		n := c.headerName(j)
+		if slices.Contains(names, n) {
+			return &extrasError{"header_columns", fmt.Errorf("header %q named twice", n)}
+		}
+		names = append(names, n)
+	}
+	names = names[:0]
+	for j, e := range c.Envelope {
+		switch n := e.name(); {
+		case e.Column == "":
+			return &extrasError{"envelope", fmt.Errorf("envelope column %d: empty name", j)}
+		case n == EnvelopePayload:
+			return &extrasError{"envelope", fmt.Errorf("envelope field %q is the payload's", n)}
+		case slices.Contains(names, n):
+			return &extrasError{"envelope", fmt.Errorf("envelope field %q named twice", n)}
+		default:
+			names = append(names, n)
+		}
+	}
+	return nil
+}
+
+// EnvelopePayload is the envelope field that holds the payload.
+const EnvelopePayload = "payload"
 
 // field roles, in the order poison is checked.
 const (
@@ -244,7 +322,8 @@ type columnField struct {
 
 // Mapped returns the distinct mapped column names (ID, AggregateType,
 // AggregateID, EventType, Payload, and Headers, Timestamp and Partition when
-// set), in that order. HeaderColumns are not included: they may be absent.
+// set, then the Envelope columns), in that order. HeaderColumns are not
+// included: they may be absent.
 // A zero Columns stands for DefaultColumns(), as in Table.
 func (c Columns) Mapped() []string {
 	if c.isZero() {
@@ -254,6 +333,11 @@ func (c Columns) Mapped() []string {
 	for _, f := range c.fields() {
 		if f.column != "" && !slices.Contains(out, f.column) {
 			out = append(out, f.column)
+		}
+	}
+	for _, e := range c.Envelope {
+		if !slices.Contains(out, e.Column) {
+			out = append(out, e.Column)
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package decoder
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -54,6 +55,8 @@ type Decoder struct {
 	sbuf    []byte // strings of the event under construction
 	hvals   []byte // unescaped header values
 	hspans  []hdrSpan
+	evals   []byte    // envelope values (envelope.go)
+	espans  []envSpan // the envelope fields of the event under construction
 	tmp     []byte
 	builder eventBuilder // the event under construction (build.go)
 }
@@ -80,6 +83,7 @@ type relation struct {
 type column struct {
 	name string
 	typ  uint32
+	mod  int32 // type modifier
 }
 
 // mapping locates the configured columns of an outbox table in its tuples.
@@ -89,11 +93,13 @@ type mapping struct {
 	typ    [numRoles]uint32
 	col    [numRoles]string // configured column names
 	hdr    []hdrCol         // the header columns the relation has, in configured order
+	env    []envCol         // the envelope columns, in configured order
 }
 
 // hdrCol is a header column present in the relation.
 type hdrCol struct {
-	name string
+	name string // the column
+	key  string // the header's name
 	idx  int
 	typ  uint32
 }
@@ -269,11 +275,11 @@ func (d *Decoder) relation(r *reader) {
 		r.u8() // flags (part of the key)
 		cname := r.cstring()
 		typ := r.u32()
-		r.u32() // type modifier
+		mod := int32(r.u32())
 		if r.err != nil {
 			return
 		}
-		cols[i] = column{name: string(cname), typ: typ}
+		cols[i] = column{name: string(cname), typ: typ, mod: mod}
 	}
 	r.end()
 	if r.err != nil {
@@ -369,13 +375,24 @@ func newMapping(rel *relation, c Columns) (*mapping, error) {
 		}
 	}
 	// Header columns may be absent: they appear with a later Relation.
-	for _, name := range c.HeaderColumns {
+	for j, name := range c.HeaderColumns {
 		for i, col := range rel.cols {
 			if col.name == name {
-				m.hdr = append(m.hdr, hdrCol{name: name, idx: i, typ: col.typ})
+				m.hdr = append(m.hdr, hdrCol{name: name, key: c.headerName(j), idx: i, typ: col.typ})
 				break
 			}
 		}
+	}
+	// Envelope columns are mapped: each must be there.
+	for _, e := range c.Envelope {
+		i := slices.IndexFunc(rel.cols, func(col column) bool { return col.name == e.Column })
+		if i < 0 {
+			return nil, &MissingColumnError{Table: rel.table, Column: e.Column, Field: "Envelope"}
+		}
+		if !EnvelopeType(rel.cols[i].typ) {
+			return nil, &EnvelopeTypeError{Table: rel.table, Column: e.Column, Type: rel.cols[i].typ}
+		}
+		m.env = append(m.env, envCol{name: e.name(), col: e.Column, idx: i, typ: rel.cols[i].typ, mod: rel.cols[i].mod})
 	}
 	return m, nil
 }

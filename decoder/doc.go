@@ -27,7 +27,12 @@
 // columns, an optional Partition column carries an explicit Kafka partition
 // (Event.Partition, valid when Event.HasPartition; NULL leaves the choice to
 // the key hash), and HeaderColumns copies more columns into Event.Headers,
-// named after the column, after the entries of the headers column. A mapped
+// named after the column (or HeaderNames), after the entries of the headers
+// column. Envelope columns (Columns.Envelope, Debezium's envelope placement)
+// are mapped columns whose values, with their type OID and modifier, the
+// event carries in Event.Envelope for the sink to place in the record value;
+// a type the envelope cannot carry is a stream error (ErrEnvelopeType). A
+// table without envelope columns pays one length test for them. A mapped
 // column (Partition included) missing from a table's Relation message is a
 // stream error (ErrMissingColumn); a header column is not mapped in that
 // sense: it is absent until a Relation message includes it, so it can be

@@ -27,6 +27,10 @@ var (
 	// a missing header column only means no such header. The error is a
 	// *MissingColumnError.
 	ErrMissingColumn = errors.New("mapped column missing")
+	// ErrEnvelopeType: an envelope column (Columns.Envelope) has a type the
+	// envelope cannot carry (see EnvelopeType); a *EnvelopeTypeError names
+	// it. Like ErrMissingColumn, the stream cannot go on.
+	ErrEnvelopeType = errors.New("envelope column of an unsupported type")
 	// ErrTableRenamed: an INSERT into an outbox table that was renamed or
 	// moved to another schema (ALTER TABLE ... RENAME / SET SCHEMA) arrived
 	// under its new name. A publication holds tables by OID, so the inserts

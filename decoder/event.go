@@ -101,6 +101,20 @@ type Header struct {
 	Value []byte
 }
 
+// EnvelopeField is the value of one envelope column (Columns.Envelope).
+type EnvelopeField struct {
+	// Name is the field's name in the envelope.
+	Name string
+	// Type and TypeMod are the column's type OID and type modifier, from the
+	// table's Relation message: they decide how the value is written.
+	Type    uint32
+	TypeMod int32
+	// Value is the column's text (bytea decoded to raw bytes); nil when Null.
+	Value []byte
+	// Null reports SQL NULL.
+	Null bool
+}
+
 // Event is one outbox event: an INSERT into a mapped outbox table, or a
 // transactional logical message carrying the same fields.
 type Event struct {
@@ -139,6 +153,13 @@ type Event struct {
 	// ErrBadPartition) the partition is chosen from the key as usual.
 	Partition    int32
 	HasPartition bool
+	// PayloadType is the payload column's type OID (17 bytea, 25 text, 114
+	// json, 3802 jsonb, ...); 0 for a message event, whose payload is JSON
+	// text.
+	PayloadType uint32
+	// Envelope holds the values of the table's envelope columns
+	// (Columns.Envelope), in their configured order; nil when it has none.
+	Envelope []EnvelopeField
 	// CommitTime is the transaction's commit time (from its Begin), in UTC.
 	CommitTime time.Time
 	// LSN is the WAL position of the INSERT (or message); XID its transaction.

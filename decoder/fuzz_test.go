@@ -63,6 +63,10 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add(fuzzInput(3, seed...))
 	}
+	// Envelope columns on public.routed.
+	f.Add(fuzzInput(11, encInsert(relRouted, append(goodRow(), txt("7"), txt("tr"))...),
+		encInsert(relRouted, append(goodRow(), null(), txt(`\x`))...),
+		encRelation(relRouted, "public", "routed", append(routedCols[:7:7], rc{"part", 1186}, rc{"trace_id", oidText})...)))
 	// The outbox known by OID arrives under another name.
 	f.Add(fuzzInput(7, encRelation(relOutbox, "public", "outbox_old", outboxCols...), encInsert(relOutbox, goodRow()...)))
 
@@ -74,6 +78,12 @@ func FuzzDecode(f *testing.F) {
 		flags, rest := in[0], in[1:]
 		cfg := captureConfig()
 		cfg.Tables = append(cfg.Tables, testConfig().Tables[1], Table{Name: "routed", Columns: routedColumns()})
+		if flags&8 != 0 {
+			// Envelope columns (and a header renamed) on public.routed.
+			rc := &cfg.Tables[len(cfg.Tables)-1].Columns
+			rc.Envelope = []EnvelopeColumn{{Column: "part", Name: "p"}, {Column: "trace_id"}, {Column: "payload", Name: "again"}}
+			rc.HeaderNames = []string{"signature"}
+		}
 		if flags&4 != 0 {
 			// Tables known by OID (renamed-table handling), read halfway
 			// through the fuzzed messages' positions.
@@ -195,7 +205,7 @@ func fuzzInput(flags byte, msgs ...[]byte) []byte {
 	return in
 }
 
-var streamErrors = []error{ErrTruncated, ErrUnknownMessage, ErrUnknownRelation, ErrMissingColumn, ErrTableRenamed, ErrProtocol}
+var streamErrors = []error{ErrTruncated, ErrUnknownMessage, ErrUnknownRelation, ErrMissingColumn, ErrEnvelopeType, ErrTableRenamed, ErrProtocol}
 
 var valueErrors = []error{ErrNullAggregateID, ErrNullField, ErrBadHeaders, ErrBadPayload, ErrBadTimestamp, ErrBadMessage, ErrBadPartition, ErrUnsupportedValue}
 
@@ -254,6 +264,11 @@ func checkEvent(t *testing.T, e *Event, typ byte, inTxn bool, walStart pglogrepl
 			t.Fatalf("header %q has a nil value", h.Key)
 		}
 	}
+	for _, f := range e.Envelope {
+		if f.Name == "" || f.Null != (f.Value == nil) || !EnvelopeType(f.Type) {
+			t.Fatalf("envelope field %+v", f)
+		}
+	}
 	if e.Partition < 0 || (!e.HasPartition && e.Partition != 0) {
 		t.Fatalf("partition %d, has partition %v", e.Partition, e.HasPartition)
 	}
@@ -265,12 +280,14 @@ func checkEvent(t *testing.T, e *Event, typ byte, inTxn bool, walStart pglogrepl
 func eventIsZero(e *Event) bool {
 	return e.Table == "" && e.TableName == "" && e.ID == "" && e.AggregateType == "" && e.AggregateID == nil &&
 		!e.AggregateIDNull && e.EventType == "" && e.Payload == nil && e.Headers == nil && e.Timestamp.IsZero() &&
-		e.Partition == 0 && !e.HasPartition && e.CommitTime.IsZero() && e.LSN == 0 && e.XID == 0 && e.Poison == nil
+		e.Partition == 0 && !e.HasPartition && e.CommitTime.IsZero() && e.LSN == 0 && e.XID == 0 && e.Poison == nil &&
+		e.Envelope == nil && e.PayloadType == 0
 }
 
 type outputSnapshot struct {
 	content, key, payload []byte
 	headers               []Header
+	envelope              []EnvelopeField
 	strs                  [3]string
 }
 
@@ -282,6 +299,10 @@ func snapshot(o *Output) outputSnapshot {
 	for _, h := range o.Event.Headers {
 		s.headers = append(s.headers, Header{Key: h.Key, Value: bytes.Clone(h.Value)})
 	}
+	for _, f := range o.Event.Envelope {
+		f.Value = bytes.Clone(f.Value)
+		s.envelope = append(s.envelope, f)
+	}
 	return s
 }
 
@@ -292,6 +313,14 @@ func snapshotEqual(s outputSnapshot, o *Output) bool {
 	}
 	for i, h := range o.Event.Headers {
 		if h.Key != s.headers[i].Key || !bytes.Equal(h.Value, s.headers[i].Value) {
+			return false
+		}
+	}
+	if len(s.envelope) != len(o.Event.Envelope) {
+		return false
+	}
+	for i, f := range o.Event.Envelope {
+		if w := s.envelope[i]; f.Name != w.Name || f.Type != w.Type || f.Null != w.Null || !bytes.Equal(f.Value, w.Value) {
 			return false
 		}
 	}

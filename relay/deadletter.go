@@ -48,7 +48,7 @@ var deadLetterReasons = []deadLetterRule{
 	{reason: ReasonBadPayload, poison: decoder.ErrBadPayload},
 	{reason: ReasonBadTimestamp, poison: decoder.ErrBadTimestamp},
 	{reason: ReasonBadMessage, poison: decoder.ErrBadMessage},
-	{reason: ReasonUnsupportedValue, poison: decoder.ErrUnsupportedValue},
+	{reason: ReasonUnsupportedValue, poison: decoder.ErrUnsupportedValue, refusal: sink.ErrEnvelopeValue},
 	{reason: ReasonBadPartition, poison: decoder.ErrBadPartition, refusal: sink.ErrNoSuchPartition},
 	{reason: ReasonUndecodable},
 	{reason: ReasonEmptyAggregateID},

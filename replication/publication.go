@@ -89,8 +89,10 @@ func (c *Conn) checkCanCreatePublication(ctx context.Context, ident string) erro
 	if len(c.tables) == 0 {
 		create = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish = 'insert');", ident)
 	}
+	// The owner creates it (Postgres lets only a table's owner publish it);
+	// the grants are only what this role would need to create it itself.
 	who := "a superuser"
-	if len(owners) == 1 && len(grants) == 0 {
+	if len(owners) == 1 {
 		for o := range owners {
 			who = fmt.Sprintf("the table owner %q or a superuser", o)
 		}

@@ -88,3 +88,20 @@ func bindLiterals(sql string, args []string, escape func(string) (string, error)
 		sql = sql[j:]
 	}
 }
+
+// TableColumns returns the names of table's columns, in order; none when it
+// does not exist.
+func TableColumns(ctx context.Context, q Querier, table TableName) ([]string, error) {
+	rows, err := q.queryRows(ctx, `SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+		table.Quoted())
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	cols := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if len(r) == 1 {
+			cols = append(cols, string(r[0]))
+		}
+	}
+	return cols, nil
+}

@@ -18,4 +18,11 @@
 //     a failure is never remembered, a success is re-read periodically;
 //   - entries of the headers column never shadow walrelay's own headers
 //     (ReservedHeader).
+//
+// A table of Config.JSONValues gets the record value Debezium's outbox router
+// writes through Kafka Connect's JsonConverter (envelope.go, connectjson.go):
+// its envelope columns beside the payload, the payload expanded or as a JSON
+// string. That value is built before a schema rule (Config.Schema) encodes
+// it, so the schema describes the envelope. The dead-letter record keeps the
+// payload as stored.
 package sink

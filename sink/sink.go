@@ -116,6 +116,13 @@ type Config struct {
 	// package schema and docs/schema-registry.md). The zero value encodes
 	// nothing.
 	Schema schema.Config
+	// JSONValues gives tables ("schema.table", as Event.Table) the record
+	// values Debezium's outbox router writes through Kafka Connect's
+	// JsonConverter: the envelope of decoder.Columns.Envelope and the
+	// expanded JSON payload (see JSONValue). A schema rule then encodes that
+	// value (the envelope first). Other tables' values are the payload as
+	// stored.
+	JSONValues map[string]JSONValue
 }
 
 // Validate reports a configuration that cannot work as a *SettingError
@@ -460,8 +467,10 @@ func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error))
 // ErrTopicRefused (Kafka refuses to create the topic: invalid or colliding
 // name, policy), ErrTopicNotAuthorized, ErrTooLarge (larger than the topic's
 // max.message.bytes, checked on the uncompressed size), ErrNoSuchPartition
-// (its explicit partition does not exist), ErrSchemaMismatch (the payload
-// or key does not fit its schema, Config.Schema), or ErrKafkaUnavailable or
+// (its explicit partition does not exist), ErrEnvelopeValue (the event's
+// JSON value, Config.JSONValues, cannot be written), ErrSchemaMismatch (the
+// payload or key does not fit its schema, Config.Schema), or
+// ErrKafkaUnavailable or
 // ErrRegistryUnavailable (Kafka or the schema registry did not answer;
 // IsRetryable: call again later).
 //
@@ -484,6 +493,9 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	rec, dropped := s.record(topic, ev)
+	if err := s.encodeJSONValue(ev, rec); err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
 	if err := s.encodeSchema(ctx, ev, rec); err != nil {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}

@@ -722,6 +722,10 @@ func testCutoverGapless(t *testing.T, env *testEnv, cw *connectWorker) {
 	if !strings.Contains(res.out, "bytes to go") {
 		t.Errorf("walrelay cutover printed no progress while waiting")
 	}
+	// The next step it prints starts walrelay on this Debezium-layout table.
+	if want := "--table " + s.table + " --columns debezium --create-slot=false"; !strings.Contains(res.out, want) {
+		t.Errorf("walrelay cutover's next steps lack %q", want)
+	}
 	dbzConfirmed, _ := s.slotConfirmed(s.dbzSlot)
 	if dbzConfirmed < start {
 		t.Fatalf("cutover said safe, but Debezium's slot is at %s < walrelay start %s", dbzConfirmed, start)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -423,16 +424,29 @@ func TestNewUserErrors(t *testing.T) {
 	})
 
 	t.Run("not_table_owner", func(t *testing.T) {
+		// README's Postgres setup, steps 3 and 4, as written there (names replaced by
+		// the test's): the role of step 3 cannot create the publication itself.
 		role := c.name + "_notowner"
-		hardenRole(t, env, role, "REPLICATION")
-		pgExec(t, env.pgDSN, "GRANT SELECT ON "+qtable(c.table)+" TO "+pgx.Identifier{role}.Sanitize())
+		names := strings.NewReplacer("ROLE walrelay ", "ROLE "+pgx.Identifier{role}.Sanitize()+" ",
+			"TO walrelay;", "TO "+pgx.Identifier{role}.Sanitize()+";", "PUBLICATION walrelay ", "PUBLICATION "+pgx.Identifier{c.name}.Sanitize()+" ",
+			"public.outbox", qtable(c.table))
+		step3 := names.Replace(readmeSetupSQL(t, 3))
+		if !strings.Contains(step3, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()) {
+			t.Fatalf("README step 3 creates no role walrelay:\n%s", step3)
+		}
+		pgExec(t, env.pgDSN, step3)
+		t.Cleanup(func() {
+			pgExec(t, env.pgDSN, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
+			pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
+		})
 		dsn := hardenDSN(t, env.pgDSN, role, "", "")
-		keywords := []string{"cannot create publication", "owner", "postgres", "CREATE PUBLICATION"}
+		// The fix names who creates it, as the README's step 4 does: the table's owner.
+		keywords := []string{"cannot create publication", "have the table owner", "postgres", "CREATE PUBLICATION"}
 		doctor(t, dsn, keywords) // doctor finds it before run does
 		line := hardenRefused(t, c, keywords, run(dsn)...)
-		// The fix: the owner creates the publication; the role then streams.
-		pgExec(t, env.pgDSN, "CREATE PUBLICATION "+pgx.Identifier{c.name}.Sanitize()+" FOR TABLE "+qtable(c.table)+
-			" WITH (publish = 'insert', publish_via_partition_root = true)")
+		// Step 4: the owner (here the superuser that ran migrate) creates the publication;
+		// the role then streams.
+		pgExec(t, env.pgDSN, names.Replace(readmeSetupSQL(t, 4)))
 		if code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table); code != 0 {
 			t.Errorf("doctor after the owner created the publication: exit %d\n%s", code, out)
@@ -479,4 +493,31 @@ func TestNewUserErrors(t *testing.T) {
 		}
 		t.Logf("scenario=harden/new_user_migrate line=%s", line)
 	})
+}
+
+// readmeSetupSQL returns the SQL block of step n of README.md's "Postgres setup".
+func readmeSetupSQL(t *testing.T, n int) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "\n## Postgres setup")
+	if start < 0 {
+		t.Fatal("README.md has no Postgres setup section")
+	}
+	s = s[start:]
+	step := strings.Index(s, fmt.Sprintf("\n%d. ", n))
+	next := strings.Index(s, fmt.Sprintf("\n%d. ", n+1))
+	if step < 0 || next < step {
+		t.Fatalf("README.md's Postgres setup has no step %d", n)
+	}
+	s = s[step:next]
+	i := strings.Index(s, "```sql\n")
+	j := strings.Index(s[i+7:], "```")
+	if i < 0 || j < 0 {
+		t.Fatalf("step %d of README.md's Postgres setup has no SQL block", n)
+	}
+	return s[i+7 : i+7+j]
 }

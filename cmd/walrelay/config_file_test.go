@@ -56,6 +56,12 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"column-timestamp":               {"c_ts", "c_ts"},
 		"column-partition":               {"c_pt", "c_pt"},
 		"header-columns":                 {"[h1, h2]", "h1,h2"},
+		"include-event-types":            {"['Order*', 'Invoice?']", "Order*,Invoice?"},
+		"exclude-event-types":            {"['*Draft']", "*Draft"},
+		"include-aggregate-types":        {"[order]", "order"},
+		"exclude-aggregate-types":        {"[test_*]", "test_*"},
+		"envelope":                       {"[c_et:eventType, c_ai]", "c_et:eventType,c_ai"},
+		"expand-json-payload":            {"true", "true"},
 		"message-prefix":                 {"walrelay.outbox", "walrelay.outbox"},
 		"kafka-brokers":                  {"[k1:9092, k2:9092]", "k1:9092,k2:9092"},
 		"kafka-client-id":                {"relay-1", "relay-1"},
@@ -152,9 +158,15 @@ func TestEveryCommandTakesItsSettingsFromConfigFile(t *testing.T) {
 		t.Run(cmd.spec.Name, func(t *testing.T) {
 			keys := config.Keys(cmd.settings())
 			own := yamlFile(t, dir, cmd.spec.Name+".yaml", samples, keys)
+			withConfig := func(file string) []string {
+				if strings.HasPrefix(cmd.args, "<") { // the command's one argument
+					return []string{"--config", file, "arg"}
+				}
+				return []string{"--config", file}
+			}
 			for _, file := range []string{own, shared} {
 				s := cmd.settings()
-				if err := config.Load(cmd.spec, s, []string{"--config", file}, envMap(nil), io.Discard); err != nil {
+				if err := config.Load(cmd.spec, s, withConfig(file), envMap(nil), io.Discard); err != nil {
 					t.Fatalf("--config %s: %v", filepath.Base(file), err)
 				}
 				for _, k := range keys[1:] { // keys[0] is config itself
@@ -173,7 +185,7 @@ func TestEveryCommandTakesItsSettingsFromConfigFile(t *testing.T) {
 					t.Errorf("setting %s is not a key a --config file may hold (add the command's configuration to config.everyCommand)", k)
 				}
 			}
-			err := config.Load(cmd.spec, cmd.settings(), []string{"--config", unknown}, envMap(nil), io.Discard)
+			err := config.Load(cmd.spec, cmd.settings(), withConfig(unknown), envMap(nil), io.Discard)
 			var ce *config.Error
 			if !errors.As(err, &ce) || !strings.Contains(err.Error(), `unknown key "no_such_setting"`) {
 				t.Errorf("a key no command has: %v, want it refused", err)

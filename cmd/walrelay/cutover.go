@@ -167,17 +167,69 @@ func checkOwnSlot(name string, s cutoverSlot, readErr error, start pglogrepl.LSN
 }
 
 // cutoverProgress is one line of progress: where the old slot is, and how
-// much WAL it still has to confirm before it reaches walrelay's start.
-func cutoverProgress(from string, s cutoverSlot, start pglogrepl.LSN) string {
+// much WAL it still has to confirm before it reaches walrelay's start; when
+// the slot has not moved for still, what it waits for.
+func cutoverProgress(from string, s cutoverSlot, start pglogrepl.LSN, still time.Duration) string {
 	if s.Confirmed >= start {
 		return fmt.Sprintf("%s confirmed %s >= walrelay start %s", from, s.Confirmed, start)
 	}
 	active := "active"
-	if !s.Active {
+	switch {
+	case !s.Active:
 		active = "INACTIVE (is Debezium running?)"
+	case still >= time.Second:
+		// Debezium moves its slot only when Kafka Connect commits offsets: the
+		// bytes to go stand still in between, however much it delivers.
+		active = fmt.Sprintf("active, unchanged for %s: Debezium confirms its slot at Kafka Connect's next offset commit "+
+			"(offset.flush.interval.ms, 60s by default)", still.Round(time.Second))
 	}
 	return fmt.Sprintf("waiting: %s confirmed %s, walrelay start %s, %d bytes to go, slot %s", from, s.Confirmed, start,
 		uint64(start-s.Confirmed), active)
+}
+
+// nextSteps is what cutover prints once it is safe: the commands to run,
+// with the walrelay run flags the outbox needs (layout is the tables'
+// column layout, "debezium" for Debezium's).
+func nextSteps(cfg config.CutoverConfig, start pglogrepl.LSN, layout string) string {
+	run := fmt.Sprintf("walrelay run --slot %s --publication %s", cfg.Slot, cfg.Publication)
+	if tables := strings.Join(cfg.Tables, ","); tables != strings.Join(config.DefaultCutoverConfig().Tables, ",") {
+		run += " --table " + tables
+	}
+	if layout == "debezium" {
+		run += " --columns debezium"
+	}
+	return fmt.Sprintf("safe to stop Debezium now: it delivered everything committed before %s.\n"+
+		"next: 1. stop the Debezium connector; 2. start %s --create-slot=false;\n"+
+		"      3. walrelay cutover --from-slot %s --drop-from-slot --start-lsn %s\n"+
+		"events committed between %s and Debezium's stop arrive twice: deduplicate on the id header\n",
+		start, run, cfg.FromSlot, start, start)
+}
+
+// outboxLayout is "debezium" when every outbox table has Debezium's outbox
+// columns (aggregatetype, aggregateid, type) and not walrelay's
+// (aggregate_type, aggregate_id, event_type), else "default".
+func outboxLayout(ctx context.Context, q replication.Querier, tables []string) string {
+	for _, t := range tables {
+		tn, err := replication.ParseTable(t)
+		if err != nil {
+			return "default"
+		}
+		cols, err := replication.TableColumns(ctx, q, tn)
+		if err != nil {
+			return "default"
+		}
+		has := map[string]bool{}
+		for _, c := range cols {
+			has[c] = true
+		}
+		if !has["aggregatetype"] || !has["aggregateid"] || !has["type"] || has["aggregate_type"] || has["event_type"] {
+			return "default"
+		}
+	}
+	if len(tables) == 0 {
+		return "default"
+	}
+	return "debezium"
 }
 
 // stallHint is printed once when the old slot has not moved for a while.
@@ -266,16 +318,12 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 			last, lastMove = s.Confirmed, time.Now()
 		}
 		if s.Confirmed >= start {
-			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
-			fmt.Fprintf(out, "safe to stop Debezium now: it delivered everything committed before %s.\n"+
-				"next: 1. stop the Debezium connector; 2. start walrelay run --slot %s --publication %s --create-slot=false;\n"+
-				"      3. walrelay cutover --from-slot %s --drop-from-slot --start-lsn %s\n"+
-				"events committed between %s and Debezium's stop arrive twice: deduplicate on the id header\n",
-				start, cfg.Slot, cfg.Publication, cfg.FromSlot, start, start)
+			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start, 0))
+			fmt.Fprint(out, nextSteps(cfg, start, outboxLayout(ctx, replication.NewQuerier(conn), cfg.Tables)))
 			return nil
 		}
 		if moved || time.Since(lastPrint) >= 5*time.Second {
-			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start))
+			fmt.Fprintln(out, cutoverProgress(cfg.FromSlot, s, start, time.Since(lastMove)))
 			lastPrint = time.Now()
 		}
 		if !hinted && cfg.StallWarning > 0 && time.Since(lastMove) >= cfg.StallWarning {

@@ -130,15 +130,31 @@ func TestDropVerdict(t *testing.T) {
 
 func TestCutoverProgressAndHints(t *testing.T) {
 	start := pglogrepl.LSN(0x2000)
-	if got := cutoverProgress("dbz", cutoverSlot{Active: true, Confirmed: 0x1000}, start); !strings.Contains(got, "4096 bytes to go") ||
+	if got := cutoverProgress("dbz", cutoverSlot{Active: true, Confirmed: 0x1000}, start, 0); !strings.Contains(got, "4096 bytes to go") ||
 		!strings.Contains(got, "0/1000") || !strings.Contains(got, "0/2000") {
 		t.Errorf("progress: %q", got)
 	}
-	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x1000}, start); !strings.Contains(got, "INACTIVE") {
+	// Standing still while Debezium works: the line says what it waits for.
+	if got := cutoverProgress("dbz", cutoverSlot{Active: true, Confirmed: 0x1000}, start, 42*time.Second); !strings.Contains(got, "unchanged for 42s") ||
+		!strings.Contains(got, "next offset commit") || !strings.Contains(got, "offset.flush.interval.ms") {
+		t.Errorf("progress while the slot stands still: %q", got)
+	}
+	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x1000}, start, 0); !strings.Contains(got, "INACTIVE") {
 		t.Errorf("inactive progress: %q", got)
 	}
-	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x2000}, start); !strings.Contains(got, ">=") {
+	if got := cutoverProgress("dbz", cutoverSlot{Confirmed: 0x2000}, start, 0); !strings.Contains(got, ">=") {
 		t.Errorf("done progress: %q", got)
+	}
+	// The next steps name what walrelay run needs: the table and, for Debezium's
+	// layout, --columns debezium.
+	cfg := config.DefaultCutoverConfig()
+	cfg.Slot, cfg.Publication, cfg.Tables, cfg.FromSlot = "wr", "wr_pub", []string{"app.outbox"}, "dbz"
+	if got := nextSteps(cfg, start, "debezium"); !strings.Contains(got, "walrelay run --slot wr --publication wr_pub --table app.outbox --columns debezium --create-slot=false") {
+		t.Errorf("next steps for a Debezium table: %q", got)
+	}
+	cfg.Tables = []string{"public.outbox"}
+	if got := nextSteps(cfg, start, "default"); !strings.Contains(got, "walrelay run --slot wr --publication wr_pub --create-slot=false;") {
+		t.Errorf("next steps for walrelay's table: %q", got)
 	}
 	if got := stallHint("dbz", cutoverSlot{Active: true}, false); !strings.Contains(got, "heartbeat.interval.ms") ||
 		!strings.Contains(got, "message.prefix.exclude.list="+config.CutoverNudgePrefix) {

@@ -41,6 +41,8 @@ func commands() []command {
 			"[flags]", "delete (or drop partitions of) outbox rows older than --older-than", config.DefaultPruneConfig, pruneCommand),
 		newCommand(config.Command{Name: "cutover", Usage: cutoverUsage},
 			"[flags]", "take over from Debezium's outbox connector without a gap (--from-slot)", config.DefaultCutoverConfig, cutoverCommand),
+		newCommand(config.Command{Name: "config from-debezium", Usage: fromDebeziumUsage},
+			"<file>", "print the walrelay YAML equivalent to a Debezium outbox connector's configuration", config.DefaultFromDebeziumConfig, fromDebeziumCommand),
 		newCommand(config.Command{Name: "version", Usage: versionUsage},
 			"", "print the version", func() config.NoSettings { return config.NoSettings{} }, version),
 	}

@@ -180,7 +180,7 @@ func TestCompose(t *testing.T) {
 		if w.User != "65532:65532" || !w.ReadOnly {
 			t.Errorf("walrelay user %q read_only %v, want 65532:65532 and read-only", w.User, w.ReadOnly)
 		}
-		published(t, w, 9187)
+		published(t, w, 8187)
 		if len(w.Command) != 3 || w.Command[0] != "run" || w.Command[1] != "--config" {
 			t.Fatalf("walrelay command %q, want run --config <file>", w.Command)
 		}
@@ -193,9 +193,7 @@ func TestCompose(t *testing.T) {
 		if want := brokers(t); len(got) != 1 || got[0] != want[0] {
 			t.Errorf("walrelay kafka_brokers %v, want the broker's internal listener %v", got, want)
 		}
-		if cfg["metrics_addr"] != ":9187" {
-			t.Errorf("walrelay metrics_addr %v, want :9187", cfg["metrics_addr"])
-		}
+		checkMetricsAllInterfaces(t, cfg, "8187")
 		for _, name := range []string{"walrelay", "migrate"} {
 			s := svc[name]
 			u, err := url.Parse(env(s, "WALRELAY_POSTGRES_DSN"))
@@ -231,12 +229,12 @@ func TestCompose(t *testing.T) {
 		// alerts.yaml expects job="walrelay"; the target is the walrelay service's metrics port.
 		var ok bool
 		for _, sc := range cfg.ScrapeConfigs {
-			if sc.JobName == "walrelay" && len(sc.StaticConfigs) == 1 && slices.Equal(sc.StaticConfigs[0].Targets, []string{"walrelay:9187"}) {
+			if sc.JobName == "walrelay" && len(sc.StaticConfigs) == 1 && slices.Equal(sc.StaticConfigs[0].Targets, []string{"walrelay:8187"}) {
 				ok = true
 			}
 		}
 		if !ok {
-			t.Errorf("prometheus.yml has no job walrelay scraping walrelay:9187: %+v", cfg.ScrapeConfigs)
+			t.Errorf("prometheus.yml has no job walrelay scraping walrelay:8187: %+v", cfg.ScrapeConfigs)
 		}
 	})
 

@@ -64,7 +64,7 @@ func TestImageDefinitionsAgree(t *testing.T) {
 	if !slices.Equal(docker, container) {
 		t.Errorf("final stages differ:\nDockerfile:    %q\nContainerfile: %q", docker, container)
 	}
-	for _, want := range []string{"FROM scratch", "USER 65532:65532", "EXPOSE 9187", `ENTRYPOINT ["/walrelay"]`, `CMD ["run"]`} {
+	for _, want := range []string{"FROM scratch", "USER 65532:65532", "EXPOSE 8187", `ENTRYPOINT ["/walrelay"]`, `CMD ["run"]`} {
 		if !slices.Contains(container, want) {
 			t.Errorf("deploy/Containerfile lacks %s", want)
 		}

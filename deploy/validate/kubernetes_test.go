@@ -2,7 +2,6 @@ package validate
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -285,10 +284,8 @@ func checkWorkload(t *testing.T, o objects) workload {
 		}
 		// The port walrelay listens on (metrics_addr in its config) is the container port.
 		cfg := readConfigKeys(t, []byte(w.configMap.Data["walrelay.yaml"]))
-		addr, _ := cfg["metrics_addr"].(string)
-		if _, port, err := net.SplitHostPort(addr); err != nil || port != itoa(int64(metricsPort.ContainerPort)) {
-			t.Errorf("metrics_addr %q and container port %d must agree", addr, metricsPort.ContainerPort)
-		}
+		// All interfaces, explicitly: the kubelet's probes and Prometheus come from outside the pod.
+		checkMetricsAllInterfaces(t, cfg, itoa(int64(metricsPort.ContainerPort)))
 	})
 
 	t.Run("security", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,7 +159,26 @@ func checkConfigKeys(t *testing.T, path string) map[string]any {
 func TestExampleConfig(t *testing.T) {
 	// deploy/walrelay.yaml is the file the systemd unit expects; it does carry a DSN
 	// (without password), so only walrelay's own check applies.
-	checkWalrelayConfig(t, filepath.Join(deployDir, "walrelay.yaml"))
+	path := filepath.Join(deployDir, "walrelay.yaml")
+	checkWalrelayConfig(t, path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Prometheus on another host scrapes it: all interfaces, said explicitly.
+	checkMetricsAllInterfaces(t, readConfigKeys(t, data), "8187")
+}
+
+// checkMetricsAllInterfaces checks that a walrelay config sets metrics_addr to all
+// interfaces on port explicitly: walrelay's default binds loopback only, which a
+// container's or a remote Prometheus cannot reach.
+func checkMetricsAllInterfaces(t *testing.T, cfg map[string]any, port string) {
+	t.Helper()
+	addr, ok := cfg["metrics_addr"].(string)
+	host, p, err := net.SplitHostPort(addr)
+	if !ok || err != nil || p != port || (host != "" && host != "0.0.0.0" && host != "::") {
+		t.Errorf("metrics_addr %q (set: %v), want all interfaces on port %s (\":%s\"): the default binds loopback only", addr, ok, port, port)
+	}
 }
 
 func TestConfigCheckRejectsBadFile(t *testing.T) {

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `make clean`: stop whatever the test, demo and bench scripts left running and remove their
+# `make clean`: stop whatever the test, up, demo and bench scripts left running and remove their
 # state dirs. The jar cache (${WALRELAY_CACHE:-$HOME/.cache/walrelay}) is kept.
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WALRELAY_LOG_TAG=clean
 
-for dir in "${WALRELAY_TEST_DIR:-/tmp/walrelay-test}" "${WALRELAY_DEMO_DIR:-/tmp/walrelay-demo}" \
-	"${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}"; do
+for dir in "${WALRELAY_TEST_DIR:-/tmp/walrelay-test}" "${WALRELAY_UP_DIR:-/tmp/walrelay-up}" \
+	"${WALRELAY_DEMO_DIR:-/tmp/walrelay-demo}" "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}"; do
 	[ -d "$dir" ] || continue
 	log "cleaning $dir"
 	stop_services "$dir"

@@ -60,7 +60,7 @@ list() { fmt "{{range $1}}{{println .}}{{end}}" | paste -sd '|'; }
 check "entrypoint" "$(list .OCIv1.Config.Entrypoint)" "/walrelay"
 check "cmd" "$(list .OCIv1.Config.Cmd)" "run"
 check "user" "$(fmt '{{.OCIv1.Config.User}}')" "65532:65532"
-check "exposed ports" "$(fmt '{{range $p, $_ := .OCIv1.Config.ExposedPorts}}{{println $p}}{{end}}' | paste -sd '|')" "9187/tcp"
+check "exposed ports" "$(fmt '{{range $p, $_ := .OCIv1.Config.ExposedPorts}}{{println $p}}{{end}}' | paste -sd '|')" "8187/tcp"
 check "tags" "$("${buildah[@]}" images --noheading --format '{{.Name}}:{{.Tag}}' --filter "id=$id" | sort | tr '\n' ' ')" \
 	"localhost/$IMAGE:$label_version localhost/$IMAGE:latest "
 

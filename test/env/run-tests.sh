@@ -24,9 +24,11 @@
 # ephemeral range, picked at start; Kafka uses the port and the next 9).
 #
 # Go tests run as `go test -json` through test/env/gotestcount, which prints what plain go test
-# prints (ok/FAIL lines, the output of failing tests) and counts tests; the run ends with
+# prints (ok/FAIL lines, the output of failing tests), a progress line every minute while tests
+# run (passed so far, the tests running and for how long), and counts tests; the run ends with
 #   go tests: N passed, N failed, N skipped
-# summed over every go test step (a fuzz step counts as its package).
+# summed over every go test step (a fuzz step counts as its package), then one line per
+# skipped test with its reason.
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -40,6 +42,7 @@ export WALRELAY_TEST_REGISTRY="$WALRELAY_TEST_DIR/services"
 FUZZTIME="${WALRELAY_FUZZTIME:-30s}"
 
 COUNTS="$WALRELAY_TEST_DIR/go-test-counts"
+SKIPPED="$WALRELAY_TEST_DIR/go-tests-skipped"
 GOTESTCOUNT="$WALRELAY_TEST_DIR/bin/gotestcount"
 
 on_exit() {
@@ -52,6 +55,9 @@ on_exit() {
 	fi
 	if [ -f "$COUNTS" ]; then
 		awk '{p += $1; f += $2; s += $3} END {printf "go tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$COUNTS"
+	fi
+	if [ -s "$SKIPPED" ]; then
+		sed 's/^/  skipped: /' "$SKIPPED"
 	fi
 	exit "$rc"
 }
@@ -109,7 +115,7 @@ gotest() {
 		shift
 	fi
 	case " $* " in *" -v "*) mode+=(-v) ;; esac
-	go test -json "$@" | "$GOTESTCOUNT" "${mode[@]}" -counts "$COUNTS"
+	go test -json "$@" | "$GOTESTCOUNT" "${mode[@]}" -counts "$COUNTS" -skipped "$SKIPPED" -progress 60s
 }
 
 read -r -a extra <<<"${GO_TEST_FLAGS:-}"

@@ -9,6 +9,12 @@
 // it counts packages instead of tests (the fuzz steps of
 // test/env/run-tests.sh count as their package's result).
 //
+// With -progress D, every D while tests run it prints one line, so that a
+// long silent package shows it is alive: what passed, failed and was skipped
+// so far and the top-level tests running, longest first, with how long
+// they have run. With -skipped FILE it appends one line per skipped test
+// to FILE: its package, name and reason (the last line it logged).
+//
 //	go test -json ./... | go run ./test/env/gotestcount -counts counts.txt
 package main
 
@@ -21,10 +27,13 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 )
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
+	Time       time.Time
 	Action     string
 	Package    string
 	Test       string
@@ -44,11 +53,66 @@ type counter struct {
 	running    map[string]bool     // package + "\x00" + test of tests seen, not ended
 	pkgFailed  map[string]bool
 	testFailed map[string]bool // packages with a failed test
+	// started holds when each running top-level test started, by key.
+	started map[string]time.Time
+	// skips are the skipped tests: "package test: reason".
+	skips []string
+	// mu serializes handle and progress lines (printed from a ticker).
+	mu sync.Mutex
 }
 
 func newCounter(out io.Writer, byPackage bool) *counter {
 	return &counter{out: out, byPackage: byPackage, buf: map[string][]string{}, running: map[string]bool{},
-		pkgFailed: map[string]bool{}, testFailed: map[string]bool{}}
+		pkgFailed: map[string]bool{}, testFailed: map[string]bool{}, started: map[string]time.Time{}}
+}
+
+// modulePrefix is left out of package names in progress and skip lines.
+const modulePrefix = "github.com/walrelay/walrelay/"
+
+func shortPackage(pkg string) string {
+	if s := strings.TrimPrefix(pkg, modulePrefix); s != "" {
+		return s
+	}
+	return pkg
+}
+
+// progressLine says what passed, failed and was skipped so far and which
+// top-level tests are running at now, longest first (three at most); ""
+// when none is.
+func (c *counter) progressLine(now time.Time) string {
+	if len(c.started) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(c.started))
+	for k := range c.started {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if !c.started[keys[i]].Equal(c.started[keys[j]]) {
+			return c.started[keys[i]].Before(c.started[keys[j]])
+		}
+		return keys[i] < keys[j]
+	})
+	var names []string
+	for _, k := range keys[:min(3, len(keys))] {
+		pkg, test, _ := strings.Cut(k, "\x00")
+		names = append(names, fmt.Sprintf("%s %s (%s)", shortPackage(pkg), test, now.Sub(c.started[k]).Round(time.Second)))
+	}
+	if len(keys) > 3 {
+		names = append(names, fmt.Sprintf("%d more", len(keys)-3))
+	}
+	return fmt.Sprintf("go test: %d passed, %d failed, %d skipped so far; running %s",
+		c.counts.passed, c.counts.failed, c.counts.skipped, strings.Join(names, ", "))
+}
+
+// skipReason is the last line a skipped test logged (its t.Skip message).
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !noise(l) {
+			return l
+		}
+	}
+	return "(no reason given)"
 }
 
 func key(pkg, test string) string { return pkg + "\x00" + test }
@@ -107,8 +171,17 @@ func (c *counter) handle(e event) {
 	k := key(e.Package, e.Test)
 	c.running[k] = true
 	switch e.Action {
+	case "run":
+		if !strings.Contains(e.Test, "/") {
+			t := e.Time
+			if t.IsZero() {
+				t = time.Now()
+			}
+			c.started[k] = t
+		}
 	case "pass", "skip", "fail":
 		delete(c.running, k)
+		delete(c.started, k)
 	}
 	switch e.Action {
 	case "output":
@@ -118,6 +191,9 @@ func (c *counter) handle(e event) {
 		}
 		c.buf[k] = append(c.buf[k], e.Output)
 	case "pass", "skip":
+		if e.Action == "skip" && !c.byPackage {
+			c.skips = append(c.skips, fmt.Sprintf("%s %s: %s", shortPackage(e.Package), e.Test, skipReason(c.buf[k])))
+		}
 		delete(c.buf, k)
 		if !c.byPackage {
 			if e.Action == "pass" {
@@ -195,6 +271,7 @@ func (c *counter) flush(pkg string, show bool) int {
 				n++
 			}
 			delete(c.running, k)
+			delete(c.started, k)
 		}
 	}
 	return n
@@ -203,18 +280,46 @@ func (c *counter) flush(pkg string, show bool) int {
 func (c *counter) failed() bool { return c.counts.failed > 0 || len(c.pkgFailed) > 0 }
 
 func run(in io.Reader, out io.Writer, byPackage, verbose bool) (*counter, error) {
+	return runProgress(in, out, byPackage, verbose, 0)
+}
+
+// runProgress is run, printing a progress line every interval while tests
+// run (0: never).
+func runProgress(in io.Reader, out io.Writer, byPackage, verbose bool, interval time.Duration) (*counter, error) {
 	c := newCounter(out, byPackage)
 	c.verbose = verbose
+	if interval > 0 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-t.C:
+					c.mu.Lock()
+					if l := c.progressLine(now); l != "" {
+						fmt.Fprintln(c.out, l)
+					}
+					c.mu.Unlock()
+				}
+			}
+		}()
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
 		var e event
+		c.mu.Lock()
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			fmt.Fprintf(out, "%s\n", line) // not test2json: pass it on
-			continue
+		} else {
+			c.handle(e)
 		}
-		c.handle(e)
+		c.mu.Unlock()
 	}
 	return c, sc.Err()
 }
@@ -223,21 +328,22 @@ func main() {
 	countsFile := flag.String("counts", "", "append \"PASSED FAILED SKIPPED\" to this file")
 	byPackage := flag.Bool("packages", false, "count packages instead of tests")
 	verbose := flag.Bool("v", false, "print all test output, as go test -v does")
+	progress := flag.Duration("progress", 0, "print a progress line this often while tests run (0: never)")
+	skippedFile := flag.String("skipped", "", "append one line per skipped test (package, name, reason) to this file")
 	flag.Parse()
-	c, err := run(os.Stdin, os.Stdout, *byPackage, *verbose)
+	c, err := runProgress(os.Stdin, os.Stdout, *byPackage, *verbose, *progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gotestcount:", err)
 		os.Exit(2)
 	}
-	if *countsFile != "" {
-		f, err := os.OpenFile(*countsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err == nil {
-			_, err = fmt.Fprintf(f, "%d %d %d\n", c.counts.passed, c.counts.failed, c.counts.skipped)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
+	if *skippedFile != "" && len(c.skips) > 0 {
+		if err := appendLines(*skippedFile, c.skips); err != nil {
+			fmt.Fprintln(os.Stderr, "gotestcount:", err)
+			os.Exit(2)
 		}
-		if err != nil {
+	}
+	if *countsFile != "" {
+		if err := appendLines(*countsFile, []string{fmt.Sprintf("%d %d %d", c.counts.passed, c.counts.failed, c.counts.skipped)}); err != nil {
 			fmt.Fprintln(os.Stderr, "gotestcount:", err)
 			os.Exit(2)
 		}
@@ -245,4 +351,17 @@ func main() {
 	if c.failed() {
 		os.Exit(1)
 	}
+}
+
+// appendLines appends lines to the file at path.
+func appendLines(path string, lines []string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(f, strings.Join(lines, "\n")+"\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

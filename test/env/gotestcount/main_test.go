@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // stream is `go test -json` of a package with a passing test (with a log
@@ -97,3 +102,73 @@ func TestVerbosePrintsEverything(t *testing.T) {
 		t.Errorf("counts %+v", c.counts)
 	}
 }
+
+// TestProgressAndSkippedTests: while tests run, progressLine says how many passed so
+// far and which top-level tests run, longest first, for how long; a skipped test is
+// named with its reason (the last line it logged).
+func TestProgressAndSkippedTests(t *testing.T) {
+	const partial = `{"Time":"2026-01-02T10:00:00Z","Action":"run","Package":"github.com/walrelay/walrelay/test","Test":"TestLong"}
+{"Time":"2026-01-02T10:00:00Z","Action":"output","Package":"github.com/walrelay/walrelay/test","Test":"TestLong","Output":"=== RUN   TestLong\n"}
+{"Time":"2026-01-02T10:00:05Z","Action":"run","Package":"github.com/walrelay/walrelay/test","Test":"TestOK"}
+{"Time":"2026-01-02T10:00:06Z","Action":"pass","Package":"github.com/walrelay/walrelay/test","Test":"TestOK"}
+{"Time":"2026-01-02T10:00:30Z","Action":"run","Package":"github.com/walrelay/walrelay/test","Test":"TestShort"}
+{"Time":"2026-01-02T10:00:30Z","Action":"run","Package":"github.com/walrelay/walrelay/test","Test":"TestShort/sub"}
+{"Time":"2026-01-02T10:00:31Z","Action":"run","Package":"github.com/walrelay/walrelay/test","Test":"TestSkipped"}
+{"Time":"2026-01-02T10:00:31Z","Action":"output","Package":"github.com/walrelay/walrelay/test","Test":"TestSkipped","Output":"    x_test.go:9: needs a schema registry\n"}
+{"Time":"2026-01-02T10:00:31Z","Action":"output","Package":"github.com/walrelay/walrelay/test","Test":"TestSkipped","Output":"--- SKIP: TestSkipped (0.00s)\n"}
+{"Time":"2026-01-02T10:00:31Z","Action":"skip","Package":"github.com/walrelay/walrelay/test","Test":"TestSkipped"}
+`
+	c, err := run(strings.NewReader(partial), &strings.Builder{}, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := time.Parse(time.RFC3339, "2026-01-02T10:01:10Z")
+	want := "go test: 1 passed, 0 failed, 1 skipped so far; running test TestLong (1m10s), test TestShort (40s)"
+	if got := c.progressLine(now); got != want {
+		t.Errorf("progress\n  %q\nwant\n  %q", got, want)
+	}
+	if want := []string{"test TestSkipped: x_test.go:9: needs a schema registry"}; !slices.Equal(c.skips, want) {
+		t.Errorf("skipped %q, want %q", c.skips, want)
+	}
+	// Nothing running: no line.
+	c, _ = run(strings.NewReader(stream), &strings.Builder{}, false, false)
+	if got := c.progressLine(now); got != "" {
+		t.Errorf("progress with nothing running: %q", got)
+	}
+}
+
+// TestProgressPrintedWhileWaiting: with an interval, the line comes while go test is
+// silent.
+func TestProgressPrintedWhileWaiting(t *testing.T) {
+	r, w := io.Pipe()
+	var out syncBuilder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := runProgress(r, &out, false, false, 20*time.Millisecond); err != nil {
+			t.Error(err)
+		}
+	}()
+	fmt.Fprintf(w, `{"Time":%q,"Action":"run","Package":"p","Test":"TestSlow"}`+"\n", time.Now().Format(time.RFC3339Nano))
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "running p TestSlow (") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.Close()
+	<-done
+	if !strings.Contains(out.String(), "go test: 0 passed, 0 failed, 0 skipped so far; running p TestSlow (") {
+		t.Errorf("no progress line while waiting:\n%s", out.String())
+	}
+}
+
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuilder) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -20,6 +20,12 @@ import (
 type Config struct {
 	Postgres
 	Logging
+	// Filters publish only some events of the tables given with --table and
+	// of the tableless prefix (filters.go).
+	Filters
+	// Envelope shapes the values of the tables given with --table as
+	// Debezium's outbox router does (envelope.go).
+	Envelope
 	KafkaBrokers []string
 	Slot         string
 	Publication  string
@@ -104,6 +110,16 @@ type Config struct {
 	TxnMaxRecords               int
 }
 
+// DefaultMetricsAddr is where /metrics, /healthz and /readyz listen unless
+// metrics-addr says otherwise: loopback only, so that nothing is exposed
+// that was not asked for (a container, or a host scraped from elsewhere,
+// sets all interfaces, ":8187", as deploy/ does), on a port outside
+// 9100-9999, the range of Prometheus exporters' default ports, which is
+// fully allocated (postgres_exporter, often beside walrelay, has 9187), and
+// clear of the Kafka ecosystem's usual ports (Connect 8083, Schema Registry
+// 8081, REST Proxy 8082, ksqlDB 8088).
+const DefaultMetricsAddr = "127.0.0.1:8187"
+
 // Defaults returns the configuration used when nothing is set.
 func Defaults() Config {
 	return Config{
@@ -115,7 +131,7 @@ func Defaults() Config {
 		ColumnMap:              map[string]string{},
 		CloudEventsSource:      "/walrelay/{table}",
 		ContentType:            "application/json",
-		MetricsAddr:            ":9187",
+		MetricsAddr:            DefaultMetricsAddr,
 		CreateSlot:             true,
 		CreatePublication:      true,
 		CreateTopics:           true,
@@ -174,7 +190,7 @@ func (c *Config) settings() []setting {
 	)...)
 	ss = append(ss, g(GroupTables,
 		setting{name: "table", usage: "outbox table(s), schema.name, comma-separated", value: listVal{&c.Tables}},
-		setting{name: "tables", usage: "list of {name, columns, column_map, header_columns, topic}: several outbox tables, each with its own mapping and topic (replaces table, columns and the column settings)",
+		setting{name: "tables", usage: "list of {name, columns, column_map, header_columns, topic, filter, envelope, expand_json_payload}: several outbox tables, each with its own mapping, topic, filter and value (replaces table, columns, the column, filter and envelope settings for tables)",
 			value: tablesVal{&c.TableSpecs}, yamlOnly: true},
 		setting{name: "columns", usage: "outbox column preset: default or debezium", value: stringVal{&c.Columns}},
 		setting{name: "column-id", usage: "column holding the event id (overrides the preset)", value: mapVal{c.ColumnMap, "id"}},
@@ -185,9 +201,11 @@ func (c *Config) settings() []setting {
 		setting{name: "column-headers", usage: "jsonb column whose top-level string entries become headers (none: no such column)", value: mapVal{c.ColumnMap, "headers"}},
 		setting{name: "column-timestamp", usage: "timestamp column used as the record timestamp (none: commit time)", value: mapVal{c.ColumnMap, "timestamp"}},
 		setting{name: "column-partition", usage: "integer column holding an explicit Kafka partition (NULL: by key)", value: mapVal{c.ColumnMap, "partition"}},
-		setting{name: "header-columns", usage: "more columns copied into record headers, comma-separated (may be added to the table later)", value: listVal{&c.HeaderColumns}},
+		setting{name: "header-columns", usage: "more columns copied into record headers, column[:header name], comma-separated (may be added to the table later)", value: listVal{&c.HeaderColumns}},
 		setting{name: "message-prefix", usage: "logical message prefix of tableless outbox events, e.g. walrelay.outbox (opt-in; empty, the default, disables)", value: stringVal{&c.MessagePrefix}},
 	)...)
+	ss = append(ss, c.filterSettings()...)
+	ss = append(ss, c.envelopeSettings()...)
 	ss = append(ss, g(GroupKafka,
 		setting{name: "kafka-brokers", usage: "Kafka seed brokers, comma-separated host:port; required", value: listVal{&c.KafkaBrokers}},
 		setting{name: "kafka-client-id", usage: "Kafka client id (broker logs, quotas, ACL audit)", value: stringVal{&c.KafkaClientID}},
@@ -241,7 +259,7 @@ func (c *Config) settings() []setting {
 		setting{name: "standby-retry-interval", usage: "fixed wait between tries of a slot another process holds (standby)", value: durVal{&c.StandbyRetryInterval}},
 		setting{name: "slot-metrics-interval", usage: "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", value: durVal{&c.SlotMetricsInterval}},
 		setting{name: "shutdown-timeout", usage: "how long SIGTERM waits for in-flight records", value: durVal{&c.ShutdownTimeout}},
-		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
+		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (loopback by default; :8187 for all interfaces; port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
 		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
 		setting{name: "procs", usage: "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", value: intVal{&c.Procs}},
 	)...)
@@ -282,7 +300,7 @@ func (c Config) Validate() error {
 			return invalid(r.key, "%s", r.why)
 		}
 	}
-	return firstError(c.Logging.validate, c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
+	return firstError(c.Logging.validate, c.validateTables, c.validateFilters, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
 }
 
 // validateTables checks the column preset and map, the outbox tables and
@@ -293,6 +311,12 @@ func (c Config) validateTables() error {
 	}
 	if _, err := applyColumnMap(decoder.DefaultColumns(), c.ColumnMap); err != nil {
 		return invalid("column-"+strings.ReplaceAll(firstRole(c.ColumnMap), "_", "-"), "%v", err)
+	}
+	if _, _, err := splitNamed(c.HeaderColumns, "header column"); err != nil {
+		return invalid("header-columns", "%v", err)
+	}
+	if _, err := envelopeColumns(c.EnvelopeColumns); err != nil {
+		return invalid("envelope", "%v", err)
 	}
 	ts, err := c.tables()
 	if err != nil {
@@ -342,6 +366,8 @@ func (c Config) validateDecoder() error {
 		key = "header-columns"
 	case de.Field == "message_prefix":
 		key = "message-prefix"
+	case de.Field == "envelope":
+		key = "envelope"
 	}
 	return &Error{Key: key, Err: de.Err}
 }
@@ -470,13 +496,21 @@ func (c Config) Replication() replication.Config {
 func (c Config) Sink() sink.Config {
 	ts, _ := c.tables()
 	topics := map[string]string{}
+	var values map[string]sink.JSONValue
 	for _, t := range ts {
 		if t.topic != c.Topic {
 			topics[t.name.String()] = t.topic
 		}
+		if t.value != nil {
+			if values == nil {
+				values = map[string]sink.JSONValue{}
+			}
+			values[t.name.String()] = *t.value
+		}
 	}
 	return sink.Config{
 		TableTopics:            topics,
+		JSONValues:             values,
 		CloudEvents:            c.CloudEvents,
 		CloudEventsSource:      c.CloudEventsSource,
 		ContentType:            c.ContentType,
@@ -505,9 +539,9 @@ func (c Config) Decoder() (decoder.Config, error) {
 	if err != nil {
 		return decoder.Config{}, err
 	}
-	dc := decoder.Config{MessagePrefix: c.MessagePrefix, HeartbeatPrefix: relay.HeartbeatPrefix}
+	dc := decoder.Config{MessagePrefix: c.MessagePrefix, HeartbeatPrefix: relay.HeartbeatPrefix, MessageFilter: c.Filters.decoder()}
 	for _, t := range ts {
-		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns})
+		dc.Tables = append(dc.Tables, decoder.Table{Schema: t.name.Schema, Name: t.name.Name, Columns: t.columns, Filter: t.filter})
 	}
 	return dc, nil
 }

@@ -86,7 +86,7 @@ func Load(cmd Command, s Settings, args []string, getenv func(string) string, he
 		}
 	}
 	fs.Usage = func() { printHelp(fs.Output(), cmd, fs, all) }
-	if err := ParseFlags(fs, args, help); err != nil {
+	if err := parseArgs(fs, args, help, s); err != nil {
 		return err
 	}
 	if d, ok := s.(envDefaulter); ok {
@@ -128,6 +128,40 @@ func Load(cmd Command, s Settings, args []string, getenv func(string) string, he
 		}
 	}
 	return s.Validate()
+}
+
+// argTaker is a configuration that takes one argument besides its settings
+// (walrelay config from-debezium <file>): its name in messages, and what
+// sets it.
+type argTaker interface {
+	arg() (name string, set func(string))
+}
+
+// parseArgs is ParseFlags, with the one argument of an argTaker allowed
+// before, between or after the flags.
+func parseArgs(fs *flag.FlagSet, args []string, help io.Writer, s Settings) error {
+	at, ok := s.(argTaker)
+	if !ok {
+		return ParseFlags(fs, args, help)
+	}
+	name, set := at.arg()
+	// flag stops at the first argument that is not a flag: parse up to it,
+	// take it, parse the rest.
+	if err := parseFlags(fs, args, help); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return UsageError(fmt.Errorf("missing %s", name))
+	}
+	arg := fs.Arg(0)
+	if err := parseFlags(fs, fs.Args()[1:], help); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return UsageError(fmt.Errorf("unexpected argument %q (one %s)", fs.Arg(0), name))
+	}
+	set(arg)
+	return nil
 }
 
 // envDefaulter is a configuration whose defaults depend on a variable other

@@ -118,6 +118,18 @@ func IsUsage(err error) bool {
 // caller reports it once); -h prints fs.Usage to help and returns
 // flag.ErrHelp. A stray argument is an error.
 func ParseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
+	if err := parseFlags(fs, args, help); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return UsageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	return nil
+}
+
+// parseFlags is ParseFlags up to the first argument that is not a flag
+// (fs.Args() holds it and what follows).
+func parseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
 	usage := fs.Usage
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -134,8 +146,6 @@ func ParseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
 		return err
 	case err != nil:
 		return UsageError(err)
-	case fs.NArg() > 0:
-		return UsageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // TableSpec is one outbox table with its own mapping and routing (the YAML
@@ -25,6 +26,13 @@ type TableSpec struct {
 	Topic string `yaml:"topic"`
 	// HeaderColumns are more columns copied into record headers.
 	HeaderColumns []string `yaml:"header_columns"`
+	// Filter publishes only some of the table's events (filters.go).
+	Filter Filters `yaml:"filter"`
+	// Envelope are columns placed in the record value beside the payload,
+	// "column" or "column:name"; ExpandJSONPayload writes a JSON payload as
+	// JSON (envelope.go).
+	Envelope          []string `yaml:"envelope"`
+	ExpandJSONPayload bool     `yaml:"expand_json_payload"`
 }
 
 // columnRoles are the keys of a column map.
@@ -65,7 +73,7 @@ func tableSpecsFromYAML(v any) ([]TableSpec, error) {
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&specs); err != nil {
-		return nil, fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic}: %w", err)
+		return nil, fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic, filter, envelope, expand_json_payload}: %w", err)
 	}
 	if len(specs) == 0 {
 		return nil, errors.New("is empty")
@@ -78,6 +86,8 @@ type resolvedTable struct {
 	name    replication.TableName
 	columns decoder.Columns
 	topic   string
+	filter  decoder.Filter
+	value   *sink.JSONValue // nil: the payload as stored
 }
 
 // tables resolves the outbox tables from TableSpecs, or from --table,
@@ -86,7 +96,8 @@ func (c Config) tables() ([]resolvedTable, error) {
 	specs := c.TableSpecs
 	if len(specs) == 0 {
 		for _, t := range c.Tables {
-			specs = append(specs, TableSpec{Name: t, Columns: c.Columns, ColumnMap: c.ColumnMap, HeaderColumns: c.HeaderColumns})
+			specs = append(specs, TableSpec{Name: t, Columns: c.Columns, ColumnMap: c.ColumnMap, HeaderColumns: c.HeaderColumns, Filter: c.Filters,
+				Envelope: c.EnvelopeColumns, ExpandJSONPayload: c.ExpandJSONPayload})
 		}
 	}
 	out := make([]resolvedTable, 0, len(specs))
@@ -107,12 +118,17 @@ func (c Config) tables() ([]resolvedTable, error) {
 		if cols, err = applyColumnMap(cols, sp.ColumnMap); err != nil {
 			return nil, fmt.Errorf("%s: %w", tn, err)
 		}
-		cols.HeaderColumns = append([]string(nil), sp.HeaderColumns...)
+		if cols.HeaderColumns, cols.HeaderNames, err = splitNamed(sp.HeaderColumns, "header column"); err != nil {
+			return nil, fmt.Errorf("%s: %w", tn, err)
+		}
+		if cols.Envelope, err = envelopeColumns(sp.Envelope); err != nil {
+			return nil, fmt.Errorf("%s: %w", tn, err)
+		}
 		topic := sp.Topic
 		if topic == "" {
 			topic = c.Topic
 		}
-		out = append(out, resolvedTable{name: tn, columns: cols, topic: topic})
+		out = append(out, resolvedTable{name: tn, columns: cols, topic: topic, filter: sp.Filter.decoder(), value: jsonValue(cols.Envelope, sp.ExpandJSONPayload)})
 	}
 	return out, nil
 }
