@@ -88,6 +88,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopHTTP()
 
 	rcfg := opts.Replication
+	rcfg.PrimaryDSN = opts.HeartbeatDSN
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -62,6 +62,12 @@ type Config struct {
 	// walrelay can resume on a promoted standby. On an older server Open
 	// refuses with a *PrereqError.
 	SlotFailover bool
+	// PrimaryDSN is the primary's when DSN is a standby (logical decoding
+	// on a standby, Postgres 16+). Creating a slot there waits for the
+	// primary to log a standby snapshot, which an idle primary does not
+	// do: while it waits, walrelay asks the primary for one
+	// (pg_log_standby_snapshot) every second. "" asks nothing.
+	PrimaryDSN string
 }
 
 func (c *Config) setDefaults() {

@@ -220,6 +220,10 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				Settings: []string{"create-slot"}, Err: ErrMissing}
 		}
 		var res pglogrepl.CreateReplicationSlotResult
+		if c.Standby && c.cfg.PrimaryDSN != "" {
+			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN)
+			defer stop()
+		}
 		if c.cfg.SlotFailover {
 			res, err = pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
 		} else {
@@ -256,6 +260,32 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	}
 	c.Start = s.ConfirmedFlushLSN
 	return nil
+}
+
+// nudgeStandbySnapshot asks the primary at dsn to log a standby snapshot
+// every second until stop is called: a slot created on a standby waits for
+// one. Best effort: a failure (no privilege to run pg_log_standby_snapshot,
+// the primary unreachable) only means the wait is the primary's own.
+func nudgeStandbySnapshot(ctx context.Context, dsn string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+			if conn, err := Connect(cctx, dsn); err == nil {
+				_, _ = NewQuerier(conn).queryRows(cctx, "SELECT pg_log_standby_snapshot()")
+				_ = conn.Close(context.Background())
+			}
+			ccancel()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // invalidation says why a lost slot was invalidated, as far as the server

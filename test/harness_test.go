@@ -413,10 +413,11 @@ func newScenario(t *testing.T, env *testEnv, short string) *scenario {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := dropSlot(ctx, t, env.pgDSN, s.name); err != nil {
+		// s.env, not env: a failover test points the scenario at the new primary.
+		if err := dropSlot(ctx, t, s.env.pgDSN, s.name); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		p := pgPool(t, env.pgDSN)
+		p := pgPool(t, s.env.pgDSN)
 		if err := p.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.name}.Sanitize()); err != nil {
 			t.Errorf("cleanup: drop publication: %v", err)
 		}

@@ -287,6 +287,7 @@ func failoverWithSlots(t *testing.T, env *testEnv, delivery string) {
 	waitFor(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 30 })
 
 	promoted := h.failover(t, env, 6*time.Second)
+	s.env = h.standby // the new primary, for the scenario's cleanup
 	first := firstRecordAfter(t, s, promoted, 2*time.Minute)
 	t.Logf("Postgres %d, %s: promotion -> first record relayed from the new primary: %s", h.version, delivery, first.Sub(promoted).Round(10*time.Millisecond))
 	waitFor(t, time.Minute, "writes after the failover", func() bool { return w.count() >= 60 })
@@ -314,6 +315,7 @@ func failoverWithoutSlots(t *testing.T, env *testEnv) {
 	waitFor(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 20 })
 	waitSlotLSN(t, h.primary.pgDSN, s.name, currentLSN(t, h.primary.pgDSN), time.Minute, p)
 	h.failover(t, env, 2*time.Second)
+	s.env = h.standby
 	if !p.waitExit(2 * time.Minute) {
 		t.Fatalf("walrelay kept running on a promoted standby without its slot:\n%s", p.tail(20))
 	}
@@ -360,9 +362,9 @@ func TestDecodingOnStandby(t *testing.T) {
 		}
 		return
 	}
-	w := startHAWriter(t, h.primary.pgDSN, s.table)
 	p := faultStart(s, args)
-	p.waitReady(2 * time.Minute)
+	p.waitReady(2 * time.Minute) // the slot exists: every row written from now on is in it
+	w := startHAWriter(t, h.primary.pgDSN, s.table)
 	for i := 0; i < 3; i++ {
 		waitFor(t, time.Minute, "more writes", func() bool { return w.count() >= 20*(i+1) })
 		p.kill9()
