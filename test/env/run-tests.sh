@@ -154,9 +154,17 @@ pg_major_core() (
 	local port
 	port="$(free_port_block 1)" || die "no free port for Postgres $v"
 	WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_PORT="$port" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" start 8>&- || return 1
-	eval "$(WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" env)"
+	# The version goes to env too: the WALRELAY_TEST_PGBIN exported for the main cluster would
+	# otherwise name Debian's 15 for every cluster the tests start themselves.
+	eval "$(WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" env)"
 	export WALRELAY_TEST_PG_DSN WALRELAY_TEST_PG_PORT WALRELAY_TEST_PGDATA WALRELAY_TEST_PGBIN WALRELAY_TEST_PG_LOG
-	log "$("$WALRELAY_TEST_PGBIN/postgres" --version)"
+	local have
+	have="$("$WALRELAY_TEST_PGBIN/postgres" --version)"
+	log "$have"
+	case "$have" in
+	*" $v."*) ;;
+	*) log "the Postgres $v step would run $have"; return 1 ;;
+	esac
 	local rc=0
 	gotest -race -count=1 -timeout 20m -run "$PG_CORE" ./test/ ./replication/ ./cmd/walrelay/ || rc=1
 	WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/pg.sh" stop 8>&- || rc=1
