@@ -75,6 +75,8 @@ log "postgres $("$pgbin/postgres" --version | awk '{print $3}') ($pgbin), kcat $
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
 # Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).
 "$WALRELAY_ENV_DIR/debezium.sh" fetch
-# The Schema Registry kit (no-op when cached).
-"$WALRELAY_ENV_DIR/registry.sh" fetch
-"$WALRELAY_ROOT/test/registry/consumer.sh" fetch
+# The Schema Registry kit (no-op when cached). Without it the registry tests fail, loudly, but
+# the rest of the suite still runs.
+if ! "$WALRELAY_ENV_DIR/registry.sh" fetch || ! "$WALRELAY_ROOT/test/registry/consumer.sh" fetch; then
+	log "WARNING: the Schema Registry test kit is not available (above): the schema registry tests will fail"
+fi
