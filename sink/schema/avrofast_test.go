@@ -18,9 +18,9 @@ var fastCases = []struct {
 		strings.Replace(orderJSON, `"id":"o-1"`, `"id":"o-\"1\""`, 1), // an escape: the general path
 		strings.Replace(orderJSON, `"qty":9007199254740993`, `"qty":"12"`, 1),
 		strings.Replace(orderJSON, `"qty":9007199254740993`, `"qty":1.5`, 1), // a mismatch
-		strings.Replace(orderJSON, `"id":"o-1",`, ``, 1),                      // a required field missing
-		strings.Replace(orderJSON, `"id":"o-1"`, `"id":"o-1","id":"o-2"`, 1),  // given twice: the last wins
-		strings.Replace(orderJSON, `"id":"o-1"`, `"id":"o-1","extra":1`, 1),   // not a field
+		strings.Replace(orderJSON, `"id":"o-1",`, ``, 1),                     // a required field missing
+		strings.Replace(orderJSON, `"id":"o-1"`, `"id":"o-1","id":"o-2"`, 1), // given twice: the last wins
+		strings.Replace(orderJSON, `"id":"o-1"`, `"id":"o-1","extra":1`, 1),  // not a field
 		strings.Replace(orderJSON, `"status":"PAID"`, `"status":"GONE"`, 1),
 		orderJSON + " x",
 	}},
