@@ -2,7 +2,10 @@ package schema
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -15,7 +18,7 @@ import (
 // optimization of avroCodec.encode's general path (decodeJSON, toAvro,
 // hamba/avro's Marshal), never a second set of rules: it handles the common
 // shapes itself (records, arrays, enums, null, boolean, int, long,
-// float, double, plain strings, timestamps, a union's null or its first
+// float, double, plain strings, timestamps, bytes decimals, a union's null or its first
 // other branch), converts any other value (maps, bytes, fixed, decimals,
 // other logical types, union wrappers) through the general path, and gives up on
 // anything else: JSON it is unsure of (escapes, invalid UTF-8, a number that
@@ -37,6 +40,7 @@ const (
 	kindFloat
 	kindDouble
 	kindString
+	kindDecimal // bytes decimal
 	kindEnum
 	kindRecord
 	kindArray
@@ -46,12 +50,13 @@ const (
 // avroNode is a schema node made ready for the fast path.
 type avroNode struct {
 	kind    avroKind
-	schema  avro.Schema      // for the general path
-	logical avro.LogicalType // kindTimestamp
-	fields  []avroField      // kindRecord, in the schema's order
-	byName  map[string]int   // kindRecord: field index by name
-	items   *avroNode        // kindArray
-	symbols map[string]int   // kindEnum
+	schema  avro.Schema                // for the general path
+	logical avro.LogicalType           // kindTimestamp
+	decimal *avro.DecimalLogicalSchema // kindDecimal
+	fields  []avroField                // kindRecord, in the schema's order
+	byName  map[string]int             // kindRecord: field index by name
+	items   *avroNode                  // kindArray
+	symbols map[string]int             // kindEnum
 	// kindUnion: the index of the null branch (-1: none), and the first
 	// other branch with its index.
 	nullIndex, firstIndex int
@@ -78,8 +83,11 @@ func compileFast(s avro.Schema, seen map[*avro.RecordSchema]*avroNode) *avroNode
 		n.kind = kindNull
 	case *avro.PrimitiveSchema:
 		n.kind = primitiveKind(s)
-		if n.kind == kindTimestamp {
+		switch n.kind {
+		case kindTimestamp:
 			n.logical = s.Logical().Type()
+		case kindDecimal:
+			n.decimal = s.Logical().(*avro.DecimalLogicalSchema)
 		}
 	case *avro.EnumSchema:
 		n.kind = kindEnum
@@ -135,6 +143,8 @@ func primitiveKind(s *avro.PrimitiveSchema) avroKind {
 	case s.Type() == avro.Long && (logical == avro.TimestampMillis || logical == avro.TimestampMicros ||
 		logical == avro.LocalTimestampMillis || logical == avro.LocalTimestampMicros):
 		return kindTimestamp
+	case s.Type() == avro.Bytes && logical == avro.Decimal:
+		return kindDecimal
 	case logical != "":
 		return kindGeneral
 	}
@@ -222,6 +232,10 @@ func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
 			return dst, end, false
 		}
 		return append(appendLong(dst, int64(len(s))), s...), end, true
+	case kindDecimal:
+		if out, end, ok := n.decimalValue(dst, data, i); ok {
+			return out, end, true
+		}
 	case kindEnum:
 		s, end, ok := plainString(data, i)
 		idx, found := n.symbols[string(s)]
@@ -248,6 +262,49 @@ func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
 	}
 	return n.general(dst, data, i)
 }
+
+// decimalValue writes a decimal given as a JSON number, or a string holding
+// one, as the general path does: decimalToAvro's checks, then hamba/avro's
+// bytes (the unscaled value in big-endian two's complement).
+func (n *avroNode) decimalValue(dst, data []byte, i int) ([]byte, int, bool) {
+	text, end := data[i:], i
+	if data[i] == '"' {
+		s, e, ok := plainString(data, i)
+		if !ok {
+			return dst, e, false
+		}
+		text, end = s, e
+	}
+	numEnd, ok := number(text, 0)
+	if !ok || data[i] == '"' && numEnd != len(text) {
+		return dst, numEnd, false
+	}
+	if data[i] != '"' {
+		text, end = text[:numEnd], i+numEnd
+	}
+	v, err := decimalToAvro(n.decimal, json.Number(text), func() string { return "" }, func(string) error { return errGiveUp })
+	if err != nil {
+		return dst, end, false
+	}
+	r := v.(*big.Rat)
+	u := new(big.Int).Mul(r.Num(), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n.decimal.Scale())), nil))
+	u.Quo(u, r.Denom())
+	var b []byte
+	switch u.Sign() {
+	case 0:
+		b = []byte{0}
+	case 1:
+		if b = u.Bytes(); b[0]&0x80 != 0 {
+			b = append([]byte{0}, b...)
+		}
+	default:
+		b = u.Add(u, new(big.Int).Lsh(big.NewInt(1), uint(u.BitLen()/8+1)*8)).Bytes()
+	}
+	return append(appendLong(dst, int64(len(b))), b...), end, true
+}
+
+// errGiveUp stands for a mismatch whose message the fast path does not need.
+var errGiveUp = errors.New("give up")
 
 // general converts the JSON value at data[i:] through the general path.
 func (n *avroNode) general(dst, data []byte, i int) ([]byte, int, bool) {
