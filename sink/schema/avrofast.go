@@ -168,14 +168,14 @@ func primitiveKind(s *avro.PrimitiveSchema) avroKind {
 // encodeFast appends data's Avro binary to dst; ok is false when the fast
 // path gave up (dst's contents past its length are then undefined).
 func (n *avroNode) encodeFast(dst, data []byte) ([]byte, bool) {
-	dst, i, ok := n.value(dst, data, skipSpace(data, 0))
+	dst, i, ok := n.value(dst, data, skipSpace(data, 0), 0)
 	return dst, ok && skipSpace(data, i) == len(data)
 }
 
 // value appends the Avro binary of the JSON value at data[i:] and returns
 // the index after it.
-func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
-	if i >= len(data) {
+func (n *avroNode) value(dst, data []byte, i, depth int) ([]byte, int, bool) {
+	if i >= len(data) || depth > maxDepth {
 		return dst, i, false
 	}
 	c := data[i]
@@ -194,20 +194,20 @@ func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
 		if !ok {
 			return dst, end, false
 		}
-		bits := 64
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 		if n.kind == kindInt {
-			bits = 32
+			lo, hi = math.MinInt32, math.MaxInt32
 		}
-		v, err := strconv.ParseInt(text, 10, bits)
-		return appendLong(dst, v), end, err == nil
+		v, ok := parseInteger(text)
+		return appendLong(dst, v), end, ok && v >= lo && v <= hi
 	case kindTimestamp:
 		if c != '"' {
 			text, end, ok := integerText(data, i)
 			if !ok {
 				return dst, end, false
 			}
-			v, err := strconv.ParseInt(text, 10, 64)
-			return appendLong(dst, v), end, err == nil
+			v, ok := parseInteger(text)
+			return appendLong(dst, v), end, ok
 		}
 		s, end, ok := plainString(data, i)
 		if !ok {
@@ -241,9 +241,9 @@ func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
 		idx, found := n.symbols[string(s)]
 		return appendLong(dst, int64(idx)), end, ok && found
 	case kindRecord:
-		return n.record(dst, data, i)
+		return n.record(dst, data, i, depth)
 	case kindArray:
-		return n.array(dst, data, i)
+		return n.array(dst, data, i, depth)
 	case kindUnion:
 		if end, ok := literal(data, i, "null"); ok {
 			if n.nullIndex < 0 {
@@ -253,7 +253,7 @@ func (n *avroNode) value(dst, data []byte, i int) ([]byte, int, bool) {
 		}
 		if n.first != nil && c != '{' { // an object may be the wrapper {"<branch>": value}
 			start := len(dst)
-			out, end, ok := n.first.value(appendLong(dst, int64(n.firstIndex)), data, i)
+			out, end, ok := n.first.value(appendLong(dst, int64(n.firstIndex)), data, i, depth+1)
 			if ok {
 				return out, end, true
 			}
@@ -327,13 +327,18 @@ func (n *avroNode) general(dst, data []byte, i int) ([]byte, int, bool) {
 	return append(dst, b...), end, true
 }
 
-// record writes a JSON object's fields in the schema's order: it notes
-// where each value is, then writes them.
-func (n *avroNode) record(dst, data []byte, i int) ([]byte, int, bool) {
+// record writes a JSON object's fields: each as it comes, then, when they
+// came in another order than the schema's or some are missing, the written
+// fields moved into the schema's order with the defaults of the missing
+// ones.
+func (n *avroNode) record(dst, data []byte, i, depth int) ([]byte, int, bool) {
 	if data[i] != '{' {
 		return dst, i, false
 	}
-	type span struct{ start, end int }
+	type span struct {
+		start, end int // in dst, from base
+		set        bool
+	}
 	var small [16]span
 	spans := small[:0]
 	if len(n.fields) > len(small) {
@@ -341,6 +346,7 @@ func (n *avroNode) record(dst, data []byte, i int) ([]byte, int, bool) {
 	}
 	spans = spans[:len(n.fields)]
 	clear(spans)
+	base, inOrder, next := len(dst), true, 0
 	i = skipSpace(data, i+1)
 	if i < len(data) && data[i] == '}' {
 		i++
@@ -351,20 +357,19 @@ func (n *avroNode) record(dst, data []byte, i int) ([]byte, int, bool) {
 				return dst, end, false
 			}
 			f, known := n.byName[string(key)]
-			if !known || spans[f].end != 0 { // unknown or given twice
+			if !known || spans[f].set { // unknown or given twice
 				return dst, end, false
 			}
-			i = skipSpace(data, end)
-			if i >= len(data) || data[i] != ':' {
+			if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
 				return dst, i, false
 			}
-			start := skipSpace(data, i+1)
-			if end, ok = skipValue(data, start); !ok {
-				return dst, end, false
+			start := len(dst)
+			if dst, i, ok = n.fields[f].node.value(dst, data, skipSpace(data, i+1), depth+1); !ok {
+				return dst, i, false
 			}
-			spans[f] = span{start, end}
-			i = skipSpace(data, end)
-			if i >= len(data) {
+			spans[f] = span{start - base, len(dst) - base, true}
+			inOrder, next = inOrder && f == next, f+1
+			if i = skipSpace(data, i); i >= len(data) {
 				return dst, i, false
 			}
 			if data[i] == '}' {
@@ -377,21 +382,25 @@ func (n *avroNode) record(dst, data []byte, i int) ([]byte, int, bool) {
 			i = skipSpace(data, i+1)
 		}
 	}
+	if inOrder && next == len(n.fields) {
+		return dst, i, true
+	}
+	// Rewrite in the schema's order (on the stack when small), then put it
+	// in place.
+	var scratch [512]byte
+	ordered := scratch[:0]
 	for k, f := range n.fields {
 		sp := spans[k]
-		if sp.end == 0 {
-			if f.def == nil {
-				return dst, i, false
-			}
-			dst = append(dst, f.def...)
-			continue
-		}
-		var ok bool
-		if dst, _, ok = f.node.value(dst, data[:sp.end], sp.start); !ok {
+		switch {
+		case sp.set:
+			ordered = append(ordered, dst[base+sp.start:base+sp.end]...)
+		case f.def != nil:
+			ordered = append(ordered, f.def...)
+		default:
 			return dst, i, false
 		}
 	}
-	return dst, i, true
+	return append(dst[:base], ordered...), i, true
 }
 
 // blockLength is hamba/avro's default number of items per array or map
@@ -401,7 +410,7 @@ const blockLength = 100
 // array writes a JSON array in blocks of up to blockLength items, each with
 // its count (negated) and byte size, then the 0 that ends them, as
 // hamba/avro does.
-func (n *avroNode) array(dst, data []byte, i int) ([]byte, int, bool) {
+func (n *avroNode) array(dst, data []byte, i, depth int) ([]byte, int, bool) {
 	if data[i] != '[' {
 		return dst, i, false
 	}
@@ -412,7 +421,7 @@ func (n *avroNode) array(dst, data []byte, i int) ([]byte, int, bool) {
 	block, count := len(dst), 0
 	for {
 		var ok bool
-		if dst, i, ok = n.items.value(dst, data, i); !ok {
+		if dst, i, ok = n.items.value(dst, data, i, depth+1); !ok {
 			return dst, i, false
 		}
 		if count++; count == blockLength {
@@ -499,28 +508,49 @@ func plainString(data []byte, i int) ([]byte, int, bool) {
 
 // plainInteger reads a JSON number that is an integer without fraction or
 // exponent.
-func plainInteger(data []byte, i int) (string, int, bool) {
+func plainInteger(data []byte, i int) ([]byte, int, bool) {
 	end, ok := number(data, i)
 	if !ok {
-		return "", end, false
+		return nil, end, false
 	}
 	for _, c := range data[i:end] {
 		if c == '.' || c == 'e' || c == 'E' {
-			return "", end, false
+			return nil, end, false
 		}
 	}
-	return string(data[i:end]), end, true
+	return data[i:end], end, true
+}
+
+// parseInteger parses plainInteger's text as an int64; false when it is
+// out of range.
+func parseInteger(text []byte) (int64, bool) {
+	if len(text) > 18 { // may not fit: let strconv decide
+		v, err := strconv.ParseInt(string(text), 10, 64)
+		return v, err == nil
+	}
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	var v int64
+	for _, c := range text {
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 // integerText reads an integer: a JSON number without fraction or
 // exponent, or a string holding one (as the general path takes them).
-func integerText(data []byte, i int) (string, int, bool) {
+func integerText(data []byte, i int) ([]byte, int, bool) {
 	if i >= len(data) || data[i] != '"' {
 		return plainInteger(data, i)
 	}
 	s, end, ok := plainString(data, i)
 	if !ok {
-		return "", end, false
+		return nil, end, false
 	}
 	text, n, ok := plainInteger(s, 0)
 	return text, end, ok && n == len(s)
