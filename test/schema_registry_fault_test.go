@@ -248,5 +248,48 @@ func TestSchemaRegistryDoctor(t *testing.T) {
 	if si, err := querySlot(ctx, t, env.pgDSN, s.name); err != nil || si.exists {
 		t.Errorf("slot %s exists (%v): walrelay opened it before it checked the registry", s.name, err)
 	}
+
+	// run with --on-poison=stop: a payload that does not fit stops it, naming the event and the
+	// validator's message; the slot stays before the event.
+	ps := startWalrelay(t, "srdoc-stop", filepath.Join(s.logDir, "stop.log"),
+		append(args("run", "walrelay.yaml", reg.url, reg.passwordFile), "--on-poison", "stop"), nil)
+	ps.waitReady(60 * time.Second)
+	waitSlotStreaming(t, env.pgDSN, s.name, 60*time.Second, ps)
+	badID, pre := newUUID(), lsn(0)
+	err := pgPool(t, env.pgDSN).with(ctx, func(c *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier(strings.Split(s.table, ".")).Sanitize()+
+				` (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'tick', 'k-1', 'Filed', '{"seq": "soon", "pad": ""}')`, badID); err != nil {
+				return err
+			}
+			var text string
+			if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+				return err
+			}
+			var err error
+			pre, err = parseLSN(text)
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ps.waitExit(60 * time.Second) {
+		t.Fatalf("walrelay --on-poison=stop did not stop on a payload that does not fit its schema\n%s", ps.tail(20))
+	}
+	errs = nil
+	for _, m := range ps.logLines() {
+		if m["level"] == "ERROR" {
+			errs = append(errs, fmt.Sprint(m["error"]))
+		}
+	}
+	t.Logf("walrelay --on-poison=stop: %s; ERROR lines: %q", ps.exitStatus(), errs)
+	if ps.exitCode() != 1 || len(errs) != 1 || !strings.Contains(errs[0], "id="+badID) || !strings.Contains(errs[0], "(schema_mismatch)") ||
+		!strings.Contains(errs[0], `seq: "soon" is not an integer`) {
+		t.Errorf("walrelay --on-poison=stop: %s, ERROR lines %q; want exit 1 and one line naming event %s, schema_mismatch and the validator's message", ps.exitStatus(), errs, badID)
+	}
+	if c := slotLSN(t, env.pgDSN, s.name); c > pre {
+		t.Errorf("the slot is at %s, past the event that stopped walrelay (its commit after %s)", c, pre)
+	}
 	t.Logf("schema registry doctor test: %s", time.Since(began).Round(100*time.Millisecond))
 }
