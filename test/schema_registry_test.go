@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,36 +18,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/test/registrytest"
 )
 
-// The schemas of the Schema Registry tests: Avro and Protobuf with a reference to a schema
-// under another subject, JSON Schema, and an Avro key.
+// The schemas of the Schema Registry tests (registrytest's, as the sink's
+// test uses them) and an Avro key.
 const (
-	srMoneyAvsc = `{"type":"record","name":"Money","namespace":"wr.common","fields":[{"name":"currency","type":"string"},{"name":"units","type":"long"}]}`
-	srOrderAvsc = `{"type":"record","name":"Order","namespace":"wr.it","fields":[
- {"name":"id","type":"string"},{"name":"qty","type":"long"},{"name":"total","type":"double"},{"name":"paid","type":"boolean"},
- {"name":"note","type":["null","string"],"default":null},
- {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
- {"name":"tags","type":{"type":"array","items":"string"}},
- {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
- {"name":"amount","type":"wr.common.Money"}]}`
-	srKeyAvsc     = `"string"`
-	srMoneyProto  = "syntax = \"proto3\";\npackage wr.common;\nmessage Money { string currency = 1; int64 units = 2; }\n"
-	srOrdersProto = `syntax = "proto3";
-package wr.it;
-import "wr/common/money.proto";
-message Order {
-  message Item { string sku = 1; int32 count = 2; }
-  string id = 1;
-  int64 qty = 2;
-  repeated Item items = 3;
-  wr.common.Money amount = 4;
-}
-message Refund { string order_id = 1; int64 cents = 2; }
-`
-	srOrderJSONSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"wr.it.Order","type":"object",
- "properties":{"id":{"type":"string"},"total":{"type":"number"},"tags":{"type":"array","items":{"type":"string"}}},
- "required":["id","total"],"additionalProperties":false}`
+	srMoneyAvsc       = registrytest.MoneyAvsc
+	srOrderAvsc       = registrytest.OrderAvsc
+	srKeyAvsc         = `"string"`
+	srMoneyProto      = registrytest.MoneyProto
+	srOrdersProto     = registrytest.OrdersProto
+	srOrderJSONSchema = registrytest.OrderJSONSchema
 )
 
 // requireRegistry returns the URL of the schema registry `make test` starts
@@ -290,7 +269,7 @@ schema_rules:
 	}
 
 	// The independent consumer: Apicurio's deserializers, read_committed.
-	lines := runRegistryConsumer(ctx, t, env, consumerTopics, len(expect))
+	lines := registrytest.Consume(ctx, t, consumerTopics, len(expect))
 	for _, l := range lines {
 		k := fmt.Sprintf("%s/%d/%d", l.Topic, l.Partition, l.Offset)
 		ev := expect[k]
@@ -299,7 +278,7 @@ schema_rules:
 			t.Errorf("the consumer read %s, which is no event of the test", k)
 		case l.Error != "":
 			t.Errorf("%s %s: the consumer could not decode it: %s", ev.eventType, ev.key, l.Error)
-		case !sameJSON(t, l.Value, ev.want):
+		case !registrytest.SameJSON(t, l.Value, []byte(ev.want)):
 			t.Errorf("%s %s: the consumer read %s, want %s", ev.eventType, ev.key, l.Value, ev.want)
 		}
 		delete(expect, k)
@@ -340,86 +319,11 @@ func srCheckDeadLetter(t *testing.T, r *kgo.Record, ev *srEvent, dlqTopic string
 		t.Errorf("%s %s: walrelay.dlq.reason=%q, want schema_mismatch", ev.eventType, ev.key, reason)
 	case !strings.Contains(msg, "schema mismatch") || !strings.Contains(msg, ev.dlqError):
 		t.Errorf("%s %s: walrelay.dlq.error=%q, want the validator's message (%q)", ev.eventType, ev.key, msg, ev.dlqError)
-	case !sameJSON(t, r.Value, *ev.payload):
+	case !registrytest.SameJSON(t, r.Value, []byte(*ev.payload)):
 		t.Errorf("%s %s: dead letter value %s, want the payload as stored", ev.eventType, ev.key, r.Value)
 	default:
 		t.Logf("dead letter %s %s: %s", ev.eventType, ev.key, msg)
 	}
-}
-
-// consumerLine is one record test/registry/consumer.sh printed.
-type consumerLine struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       string
-	SchemaID  int `json:"schemaId"`
-	Value     json.RawMessage
-	Error     string
-}
-
-// runRegistryConsumer reads count records of topics (topic → avro, protobuf or json) with
-// test/registry/consumer.sh, from the make test Kafka and registry.
-func runRegistryConsumer(ctx context.Context, t *testing.T, env *testEnv, topics map[string]string, count int) []consumerLine {
-	t.Helper()
-	began := time.Now()
-	args := []string{filepath.Join(env.envDir, "..", "registry", "consumer.sh"), "--count", fmt.Sprint(count), "--timeout-ms", "60000"}
-	for topic, format := range topics {
-		args = append(args, "--topic", topic+"="+format)
-	}
-	cmd := exec.CommandContext(ctx, "bash", args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	var out []consumerLine
-	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		t.Logf("consumer: %s", sc.Text())
-		var l consumerLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("consumer line %q: %v", sc.Text(), err)
-		}
-		out = append(out, l)
-	}
-	if runErr != nil {
-		t.Fatalf("test/registry/consumer.sh: %v\n%s", runErr, indent(stderr.String()))
-	}
-	t.Logf("the consumer read %d records in %s", len(out), time.Since(began).Round(100*time.Millisecond))
-	return out
-}
-
-// sameJSON compares two JSON texts, numbers by their exact value.
-func sameJSON(t *testing.T, a []byte, b string) bool {
-	t.Helper()
-	norm := func(s []byte) any {
-		d := json.NewDecoder(bytes.NewReader(s))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
-			t.Errorf("%s: %v", s, err)
-			return nil
-		}
-		return exactNumbers(v)
-	}
-	return reflect.DeepEqual(norm(a), norm([]byte(b)))
-}
-
-func exactNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		r, _ := new(big.Rat).SetString(x.String())
-		return r.RatString()
-	case []any:
-		for i := range x {
-			x[i] = exactNumbers(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = exactNumbers(x[k])
-		}
-	}
-	return v
 }
 
 // ownRegistry is a schema registry of one test's own (test/env/registry.sh with a state dir
