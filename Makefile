@@ -10,6 +10,9 @@
 #   make bench-debezium walrelay vs Debezium 3.7 side by side (catch-up and 1k ev/s latency)
 #   make up      deps, start the test Postgres + Kafka and print their env (make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
+#
+#   PG=14|15|16|17|18  the Postgres major of `make test` and `make up` (default 15, Debian's; the
+#                      others come from Maven Central, see test/env/pgversions.sh)
 
 GO ?= go
 SHELL := /bin/bash
@@ -17,10 +20,14 @@ ENV_DIR := test/env
 
 .PHONY: all test build demo bench up down env deps clean
 
+# PG picks the Postgres major (or a full version such as 17.5.0); unset: Debian's 15.
+PG ?=
+PG_ENV := $(if $(PG),WALRELAY_TEST_PG_VERSION='$(PG)')
+
 all: build
 
 test:
-	bash $(ENV_DIR)/run-tests.sh
+	$(PG_ENV) bash $(ENV_DIR)/run-tests.sh
 
 # VERSION lands in relay.Version (walrelay version, walrelay_build_info); without git,
 # the binary falls back to the VCS revision Go embeds (runtime/debug.ReadBuildInfo).
@@ -79,8 +86,8 @@ deps:
 	bash $(ENV_DIR)/deps.sh
 
 up:
-	bash $(ENV_DIR)/deps.sh
-	bash $(ENV_DIR)/pg.sh start
+	$(PG_ENV) bash $(ENV_DIR)/deps.sh
+	$(PG_ENV) bash $(ENV_DIR)/pg.sh start
 	bash $(ENV_DIR)/kafka.sh start
 	@bash $(ENV_DIR)/pg.sh env; bash $(ENV_DIR)/kafka.sh env; echo "export WALRELAY_TEST_ENV_DIR='$(CURDIR)/$(ENV_DIR)'"
 

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -39,7 +41,11 @@ type Options struct {
 	MaxInFlight int
 	OnPoison    string // OnPoisonDLQ or OnPoisonStop
 
-	HeartbeatInterval    time.Duration // 0: no heartbeats
+	HeartbeatInterval time.Duration // 0: no heartbeats
+	// HeartbeatDSN is where heartbeats are written when Replication.DSN is
+	// a standby (logical decoding on a standby, Postgres 16+): the primary.
+	// "" writes them through Replication.DSN.
+	HeartbeatDSN         string
 	SlotMetricsInterval  time.Duration // 0: no walrelay_slot_* metrics
 	StandbyRetryInterval time.Duration // wait between tries of a slot another process holds
 	ShutdownTimeout      time.Duration // bounds the drain after the context ends
@@ -52,6 +58,12 @@ type Options struct {
 	ExactlyOnce *ExactlyOnce
 
 	Logger *slog.Logger // nil: slog.Default()
+
+	// TracerProvider makes a span per event (sink.WithTracerProvider) for an
+	// embedding program that has its own; nil: Run builds one from the
+	// OTEL_* environment variables, and traces only when they set an OTLP
+	// endpoint (ParseTracingEnv).
+	TracerProvider trace.TracerProvider
 }
 
 // ExactlyOnce holds the settings of exactly-once delivery (eos.go).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,13 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, slot)
 
-	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() })}
+	tracing, err := startTracing(ctx, opts.TracerProvider, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.shutdown() // after the sink's Close: the spans of failed records are ended by then
+	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }),
+		tracing.sinkOption()}
 	if opts.ExactlyOnce != nil {
 		sopts = append(sopts, sink.WithTransactionalID(opts.ExactlyOnce.TransactionalID))
 	}
@@ -105,6 +112,9 @@ func Run(ctx context.Context, opts Options) error {
 	if conn.Created {
 		log.Info("created replication slot", "slot", slot, "lsn", conn.Start.String())
 	}
+	for _, w := range conn.Warnings {
+		log.Warn(w, "slot", slot)
+	}
 	// From now on the slot holds the position of events not yet confirmed.
 	// If it vanishes (dropped by someone), recreating it would silently skip
 	// the events written meanwhile: reconnects never create it.
@@ -117,8 +127,19 @@ func Run(ctx context.Context, opts Options) error {
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	if opts.HeartbeatInterval > 0 {
-		go heartbeat(hbCtx, rcfg.DSN, opts.HeartbeatInterval, m, log)
+	hbDSN := opts.HeartbeatDSN
+	if hbDSN == "" {
+		hbDSN = rcfg.DSN
+		if conn.Standby && opts.HeartbeatInterval > 0 {
+			// A standby cannot write the heartbeat's WAL: an idle primary
+			// would leave the slot behind.
+			hbDSN = ""
+			log.Warn("walrelay decodes on a standby and has no heartbeat DSN for the primary: heartbeats are off, so the slot stays behind while the primary is idle; set the heartbeat Postgres DSN to the primary",
+				"slot", slot, "setting", "heartbeat-postgres-dsn")
+		}
+	}
+	if opts.HeartbeatInterval > 0 && hbDSN != "" {
+		go heartbeat(hbCtx, hbDSN, opts.HeartbeatInterval, m, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are

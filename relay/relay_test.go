@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ type relayFixture struct {
 	name    string
 	cancel  context.CancelFunc
 	done    chan error
+	stopped sync.Once
 	logs    *strings.Builder
 }
 
@@ -88,12 +90,16 @@ func startRelay(t *testing.T, name string, cluster *kfake.Cluster, mods ...func(
 	return f
 }
 
+// stop ends Run and waits for it to return (once; later calls return at
+// once).
 func (f *relayFixture) stop() {
 	f.cancel()
-	select {
-	case <-f.done:
-	case <-time.After(20 * time.Second):
-	}
+	f.stopped.Do(func() {
+		select {
+		case <-f.done:
+		case <-time.After(20 * time.Second):
+		}
+	})
 }
 
 type lockedWriter struct {

@@ -38,6 +38,14 @@ type Conn struct {
 	// opened (IDENTIFY_SYSTEM's xlogpos): no position of its history lies
 	// beyond it yet.
 	WALEnd pglogrepl.LSN
+	// Standby reports that the server is in recovery: walrelay decodes on a
+	// standby (Postgres 16+), where it creates the slot; the publication
+	// comes from the primary, and WAL is written only there.
+	Standby bool
+	// Warnings are settings that make walrelay unsafe in a way it cannot
+	// refuse (e.g. a failover slot whose changes no standby must confirm
+	// first); the caller logs them once.
+	Warnings []string
 }
 
 // connect validates cfg and opens a replication=database connection.

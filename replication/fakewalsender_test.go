@@ -470,6 +470,12 @@ func TestStreamProtocolErrors(t *testing.T) {
 		{"message length below 4", []byte{'d', 0, 0, 0, 2}, "receive from postgres"},
 		{"notice, then the stream goes on", append(enc(&pgproto3.NoticeResponse{Severity: "WARNING", Code: "01000", Message: "hello"}),
 			enc(&pgproto3.CopyData{Data: keepalive(0x3000, false)})...), "CopyDone"},
+		// Postgres 18's pgoutput warns and skips the changes of a publication
+		// that does not exist at that point in the WAL: going on would confirm
+		// past them.
+		{"publication skipped", append(enc(&pgproto3.NoticeResponse{Severity: "WARNING", Code: "42704", Message: `skipped loading publication "walrelay"`,
+			Detail: "The publication does not exist at this point in the WAL."}),
+			enc(&pgproto3.CopyData{Data: keepalive(0x3000, false)})...), "is missing at this point in the WAL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -479,6 +485,9 @@ func TestStreamProtocolErrors(t *testing.T) {
 			}
 			if len(res.msgs) == 0 || res.msgs[0].ServerWALEnd != 0x2000 {
 				t.Errorf("the keepalive before the bad bytes was not delivered: %+v", res.msgs)
+			}
+			if tc.name == "publication skipped" && len(res.msgs) != 1 {
+				t.Errorf("after the skipped publication: delivered %+v, want nothing more", res.msgs)
 			}
 			if strings.HasPrefix(tc.name, "notice") && (len(res.msgs) != 2 || res.msgs[1].ServerWALEnd != 0x3000) {
 				t.Errorf("after a notice: delivered %+v, want both keepalives", res.msgs)

@@ -37,7 +37,8 @@ func (c *Conn) setup(ctx context.Context) error {
 	}
 	// The WAL position first, then the OIDs: a change at or after it was
 	// written after the lookup began (see decoder.Config.OIDsReadAt).
-	rows, err := c.query(ctx, "SELECT pg_current_wal_lsn()::text")
+	// A standby has no current insert position: its last replayed one.
+	rows, err := c.query(ctx, "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text")
 	if err != nil {
 		return fmt.Errorf("read the current WAL position: %w", err)
 	}
@@ -63,14 +64,15 @@ func (c *Conn) setup(ctx context.Context) error {
 
 func (c *Conn) checkServer(ctx context.Context) error {
 	rows, err := c.query(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, "+
-		"(SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user), current_user")
+		"(SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user), current_user, pg_is_in_recovery()")
 	if err != nil {
 		return fmt.Errorf("check server settings: %w", err)
 	}
-	if len(rows) != 1 || len(rows[0]) != 4 {
+	if len(rows) != 1 || len(rows[0]) != 5 {
 		return errors.New("check server settings: unexpected result")
 	}
 	walLevel, version, canReplicate, user := string(rows[0][0]), string(rows[0][1]), string(rows[0][2]), string(rows[0][3])
+	c.Standby = string(rows[0][4]) == "t"
 	if walLevel != "logical" {
 		return &PrereqError{Check: "wal_level", Problem: fmt.Sprintf("wal_level is %q, logical decoding needs \"logical\"", walLevel),
 			Fix: "run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) and restart Postgres"}
@@ -80,6 +82,10 @@ func (c *Conn) checkServer(ctx context.Context) error {
 			Fix: "use Postgres 14 or newer (pgoutput messages need 14)"}
 	}
 	c.version, _ = strconv.Atoi(version)
+	if c.Standby && c.version < 160000 {
+		return &PrereqError{Check: "server_version", Problem: fmt.Sprintf("the server is a standby on Postgres %s: logical decoding on a standby needs 16 or newer", version),
+			Fix: "connect walrelay to the primary, or upgrade to Postgres 16+", Settings: []string{"postgres-dsn"}}
+	}
 	if canReplicate != "t" {
 		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
 			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
@@ -165,6 +171,25 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		}
 	} else {
 		add("slot", nil, fmt.Sprintf("%q at %s", cfg.Slot, slotCfg.Start))
+	}
+	if cfg.SlotFailover {
+		warnings, err := c.primaryFailoverWarnings(ctx)
+		if err != nil {
+			return out, err
+		}
+		if len(warnings) == 0 {
+			add("slot-failover", nil, "synchronized_standby_slots is set on the primary")
+		}
+		for _, w := range warnings {
+			out = append(out, Finding{Check: "slot-failover", Note: w})
+		}
+		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot)
+		if err != nil {
+			return out, err
+		}
+		for _, f := range checks {
+			out = append(out, Finding{Check: "standby " + f.Server, OK: f.OK, Note: f.Note})
+		}
 	}
 	return out, nil
 }

@@ -22,6 +22,10 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 	}
 	ident := pgx.Identifier{c.cfg.Publication}.Sanitize()
 	if len(rows) == 0 {
+		if c.Standby {
+			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist on this standby", c.cfg.Publication),
+				Fix: fmt.Sprintf("create it on the primary (a standby is read-only; it replicates the publication): CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables()), Err: ErrMissing}
+		}
 		if c.cfg.NoCreatePublication {
 			return &PrereqError{Check: "publication", Problem: fmt.Sprintf("publication %q does not exist", c.cfg.Publication),
 				Fix: fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true);", ident, c.quotedTables()), Err: ErrMissing}

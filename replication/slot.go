@@ -198,6 +198,11 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 		if err := c.checkFailover(ctx, s, exists); err != nil {
 			return err
 		}
+		w, err := c.primaryFailoverWarnings(ctx)
+		if err != nil {
+			return err
+		}
+		c.Warnings = append(c.Warnings, w...)
 	}
 	if !exists {
 		if c.cfg.SlotMustExist {
@@ -235,6 +240,10 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	case s.Type != "logical" || s.Plugin != "pgoutput":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is a %s slot with plugin %q, not a pgoutput logical slot", c.cfg.Slot, s.Type, s.Plugin),
 			Fix: "choose another slot name, or drop that slot", Settings: []string{"slot"}}
+	case s.Temporary:
+		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is temporary on this server (a standby's synchronized copy not persisted before a promotion, or another session's slot): walrelay cannot resume from it", c.cfg.Slot),
+			Fix: "drop it and recover from the outbox table, or choose another slot name", Settings: []string{"slot"},
+			Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System}}
 	case !s.InCurrentDatabase:
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q belongs to another database", c.cfg.Slot),
 			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}

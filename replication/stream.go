@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -286,7 +287,11 @@ func (s *Stream) stream(ctx context.Context) error {
 				flush()
 			}
 		case *pgproto3.NoticeResponse:
-			// A server warning is not part of the stream: log it, go on.
+			if err := skippedPublication(msg, s.conn.cfg.Publication); err != nil {
+				// Nothing after it is handed over or confirmed.
+				return err
+			}
+			// Any other server warning is not part of the stream: log it, go on.
 			s.log.Info("postgres notice on the replication connection", "slot", s.conn.cfg.Slot,
 				"severity", msg.Severity, "message", msg.Message)
 		case *pgproto3.ParameterStatus:
@@ -460,4 +465,19 @@ func (s *Stream) endCopy() (string, error) {
 		return "", fmt.Errorf("read back slot position: %w", err)
 	}
 	return slot.ConfirmedFlushLSN.String(), nil
+}
+
+// skippedPublication returns the error of a notice by which pgoutput says
+// it skips the changes of a publication missing at that point in the WAL
+// (Postgres 18 warns and goes on where older servers failed the stream):
+// the changes it skips from there on are outbox events walrelay would never
+// see, while the stream went on and the slot moved past them.
+func skippedPublication(n *pgproto3.NoticeResponse, publication string) error {
+	if n.Code != pgerrcode.UndefinedObject || !strings.HasPrefix(n.Message, "skipped loading publication") {
+		return nil
+	}
+	return &PrereqError{Check: "publication",
+		Problem:  fmt.Sprintf("publication %q is missing at this point in the WAL (%s): Postgres skips the changes it would publish, so events after the slot's position would never be relayed", publication, n.Message),
+		Fix:      "recreate the publication, then recover the outbox rows committed since it was dropped from the table (replay)",
+		Settings: []string{"publication"}, Err: ErrMissing}
 }

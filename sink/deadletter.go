@@ -101,6 +101,7 @@ func (s *Sink) PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intende
 		kgo.RecordHeader{Key: HeaderDLQTable, Value: []byte(ev.Table)},
 		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(intended)},
 	)
+	spanReason(rec, reason)
 	if RecordSize(rec) > s.sizeLimit(m) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQPayloadOmitted, Value: []byte(strconv.Itoa(len(rec.Value)))})
 		rec.Value = nil

@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/sink/schema"
@@ -319,6 +320,7 @@ type Sink struct {
 	transactional bool  // WithTransactionalID
 
 	schemas *schema.Encoder // Config.Schema; nil when it has no rules
+	tracer  trace.Tracer    // WithTracerProvider; nil: no spans (tracing.go)
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -344,6 +346,8 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	// franz-go's warnings reach the log (not Ping's: its failure says it all).
+	s.extra = append([]kgo.Opt{kgo.WithLogger(kafkaLogger(s.log))}, s.extra...)
 	// Adaptive batching paces the rounds itself (the gate); the client sends
 	// what the gate hands it at once.
 	adaptive := cfg.Batching == BatchingAdaptive && !s.transactional
@@ -504,6 +508,7 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 func (s *Sink) Send(ctx context.Context, r Record, done func(error)) {
 	id, lsn := r.id, r.lsn
 	promise := func(rec *kgo.Record, err error) {
+		endSpan(rec, err)
 		if err != nil {
 			done(&ProduceError{Topic: rec.Topic, EventID: id, LSN: lsn.String(), Err: err})
 			return
@@ -523,6 +528,9 @@ func (s *Sink) record(topic string, ev *decoder.Event) (*kgo.Record, int) {
 	rec, dropped := buildRecord(topic, ev, s.cfg.CloudEvents)
 	if s.cfg.CloudEvents {
 		rec.Headers = append(rec.Headers, CloudEventsHeaders(ev, rec.Timestamp, s.cfg.CloudEventsSource, s.cfg.ContentType)...)
+	}
+	if s.tracer != nil {
+		s.startSpan(rec, ev)
 	}
 	return rec, dropped
 }

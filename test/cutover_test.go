@@ -838,10 +838,21 @@ func testCutoverIdleAllTables(t *testing.T, env *testEnv, cw *connectWorker) {
 	}
 	time.Sleep(2 * cutoverFlushMS * time.Millisecond)
 
-	// Without the nudge the cutover cannot finish on an idle database.
+	// Without the nudge the cutover cannot finish on an idle database. Before Postgres 15,
+	// pgoutput sends a transaction that changes no published row (autovacuum's ANALYZE of
+	// any table, for one) as an empty BEGIN/COMMIT, which Debezium confirms with its
+	// heartbeat: the database is not idle for Debezium's slot, and the cutover may finish
+	// without the nudge. Then it must have waited until Debezium's slot passed its start.
 	args := s.cutoverArgs("--publication", s.dbzPub, "--create-publication=false")
 	code, out := s.walrelay(time.Minute, append(args, "--nudge=false", "--timeout", "8s", "--stall-warning", "4s")...)
-	if code != 1 || !strings.Contains(out, "heartbeat.interval.ms") {
+	if version := serverVersion(t, env.pgDSN); version < 150000 && code == 0 {
+		start, _ := s.slotConfirmed(s.name)
+		dbz, _ := s.slotConfirmed(s.dbzSlot)
+		if !strings.Contains(out, "safe to stop Debezium") || dbz < start {
+			t.Fatalf("cutover --nudge=false on Postgres %d: exit 0 with Debezium's slot at %s, walrelay's start %s", version, dbz, start)
+		}
+		t.Logf("Postgres %d: cutover --nudge=false finished (an empty transaction moved Debezium's slot to %s, past %s)", version, dbz, start)
+	} else if code != 1 || !strings.Contains(out, "heartbeat.interval.ms") {
 		t.Fatalf("cutover --nudge=false on an idle database: exit %d, want 1 with the heartbeat hint", code)
 	}
 	start, _ := s.slotConfirmed(s.name)

@@ -200,7 +200,7 @@ func failoverAndVerify(t *testing.T, rng *mrand.Rand, f failoverRun) {
 		byID[ev.ID] = ev
 		topicSet[s.name+"."+ev.AggType] = true
 	}
-	recs := consumeAll(t, s.env.kafka, s.name+".", slices.Sorted(maps.Keys(topicSet)))
+	recs := consumeAllIsolation(t, s.env.kafka, s.name+".", slices.Sorted(maps.Keys(topicSet)), s.readCommitted)
 	res := judge(t, s, committed, byID, rolledBack, rows, recs)
 	t.Log(res.summary(t.Name(), fmt.Sprintf("old_events=%d", nOld), fmt.Sprintf("new_events=%d", len(wB.committed)),
 		"old_watermark="+wmA.String(), "new_slot_start="+f.newSlotStart, "new_slot_max_while_paused="+maxB.String()))
@@ -231,11 +231,24 @@ func walHistory(t *testing.T, dsn string) [2]string {
 // identifier), events are committed on it, and the proxy in front of Postgres switches to
 // S. walrelay must notice the new timeline, resume from S's slot copy, never confirm its
 // old position on S, and relay every event committed on S.
-func TestFailoverToPromotedStandby(t *testing.T) {
+func TestFailoverToPromotedStandby(t *testing.T) { failoverToPromotedStandby(t, "at-least-once") }
+
+// TestExactlyOnceFailoverToPromotedStandby is the same failover in exactly-once mode, read
+// as a read_committed consumer: the Kafka checkpoint was committed on the old timeline
+// past the point where the standby's history forks, and new transactions on the promoted
+// standby have LSNs below it. The checkpoint covers only what the two histories share, so
+// none of them is skipped (before the checkpoint carried its timeline, every event
+// committed on the promoted standby below the old checkpoint was skipped for good).
+func TestExactlyOnceFailoverToPromotedStandby(t *testing.T) {
+	failoverToPromotedStandby(t, "exactly-once")
+}
+
+func failoverToPromotedStandby(t *testing.T, delivery string) {
 	env := requireEnv(t)
 	rng := testRand(t)
 	penv, pScript := faultPrivateCluster(t, env)
 	s := newScenario(t, penv, "fopromo")
+	s.readCommitted = delivery == "exactly-once"
 	broker := newFaultBroker(t, env)
 	au, err := url.Parse(penv.pgDSN)
 	if err != nil {
@@ -244,7 +257,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	proxy := newTCPProxy(t, "postgres", au.Host)
 	pu := *au
 	pu.Host = proxy.addr()
-	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s"), "--postgres-dsn", pu.String())
+	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s", "--delivery", delivery), "--postgres-dsn", pu.String())
 	p := faultStartReady(s, args)
 
 	wP := newWorkload(t, penv, s.table, 30, newRandFrom(rng))
@@ -310,7 +323,10 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 // environment pScript) with pg_basebackup, gives it a copy of the slot's state file and
 // the older WAL segments the slot still needs (what Patroni does for permanent slots),
 // starts it and waits until it replayed the primary's current position. It is stopped
-// and removed at the end of the test.
+// and removed at the end of the test. Where the server binaries have no pg_basebackup
+// (the Maven builds of 14, 16, 17, 18; Debian's 15 one refuses newer servers), pg.sh
+// standby-create copies the running primary between pg_backup_start and pg_backup_stop
+// instead, with all of its WAL.
 func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slot string) *testEnv {
 	t.Helper()
 	var pDir string
@@ -346,9 +362,6 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 		pgBin = "/usr/lib/postgresql/15/bin"
 	}
 	stateDir, data := filepath.Join(dir, "pg"), filepath.Join(dir, "pg", "data")
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +376,25 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 			t.Fatalf("%s %v: %v\n%s", name, args, err, indent(string(out)))
 		}
 	}
-	if os.Geteuid() == 0 {
-		asRoot := exec.Command("chown", "postgres:", stateDir)
-		if out, err := asRoot.CombinedOutput(); err != nil {
-			t.Fatalf("chown %s: %v\n%s", stateDir, err, out)
+	how := "base backup"
+	if _, err := os.Stat(filepath.Join(pgBin, "pg_basebackup")); err != nil {
+		how = "pg.sh standby-create"
+		if err := runEnvScript(t, env, 3*time.Minute, pScript, "pg.sh", "standby-create", "--no-start", dir, strconv.Itoa(port)); err != nil {
+			t.Fatalf("copy the primary: %v", err)
 		}
+	} else {
+		if err := os.MkdirAll(stateDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			asRoot := exec.Command("chown", "postgres:", stateDir)
+			if out, err := asRoot.CombinedOutput(); err != nil {
+				t.Fatalf("chown %s: %v\n%s", stateDir, err, out)
+			}
+		}
+		asPG(filepath.Join(pgBin, "pg_basebackup"), "-h", pu.Hostname(), "-p", pu.Port(), "-U", "postgres", "-D", data,
+			"-R", "-X", "stream", "-c", "fast")
 	}
-	asPG(filepath.Join(pgBin, "pg_basebackup"), "-h", pu.Hostname(), "-p", pu.Port(), "-U", "postgres", "-D", data,
-		"-R", "-X", "stream", "-c", "fast")
 	pData := filepath.Join(pDir, "pg", "data")
 	asPG("mkdir", "-p", filepath.Join(data, "pg_replslot", slot))
 	asPG("cp", filepath.Join(pData, "pg_replslot", slot, "state"), filepath.Join(data, "pg_replslot", slot, "state"))
@@ -396,7 +420,7 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 			copied++
 		}
 	}
-	t.Logf("standby: base backup in %s, slot %s copied, %d older WAL segments copied (oldest of the backup %s)", data, slot, copied, oldest)
+	t.Logf("standby: %s in %s, slot %s copied, %d older WAL segments copied (oldest of the backup %s)", how, data, slot, copied, oldest)
 	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
 		t.Fatalf("start the standby: %v", err)
 	}

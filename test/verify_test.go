@@ -198,18 +198,23 @@ func sumEndOffsets(t *testing.T, brokers, prefix string) int64 {
 	}
 	cl := newKafkaClient(t, brokers)
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
-	if err != nil {
-		t.Fatalf("list end offsets %v: %v", topics, err)
-	}
-	var sum int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset %s/%d: %v", o.Topic, o.Partition, o.Err)
+	// A topic created a moment ago may have no leader yet
+	// (LEADER_NOT_AVAILABLE): asked again until the deadline.
+	for {
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
 		}
-		sum += o.Offset
-	})
-	return sum
+		if err == nil {
+			var sum int64
+			ends.Each(func(o kadm.ListedOffset) { sum += o.Offset })
+			return sum
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("list end offsets %v: %v", topics, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func missing(want, have []string) []string {

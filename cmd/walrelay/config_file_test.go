@@ -34,6 +34,10 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"postgres-dsn-file":  {dsnFile, dsnFile},
 		"sasl-password":      {"", "sasl-file-secret"},
 		"sasl-password-file": {passwordFile, passwordFile},
+		// The primary's DSN of a walrelay decoding on a standby, in the file
+		// itself (its file variant is left out: one source per secret).
+		"heartbeat-postgres-dsn":      {"postgres://primary@p/db", "postgres://primary@p/db"},
+		"heartbeat-postgres-dsn-file": {"", ""},
 
 		"slot":                           {"orders", "orders"},
 		"publication":                    {"orders_pub", "orders_pub"},

@@ -23,10 +23,26 @@ func TestTablelessOptIn(t *testing.T) {
 			Main(context.Background(), args, envMap(nil), &out, &errOut)
 			return out.String() + errOut.String()
 		}
+		// The overloads as this server has them: (boolean,text,text) and
+		// (boolean,text,bytea), with a fourth boolean (flush) since 17.
+		var sigs []string
+		rows, err := pg.Conn.Query(context.Background(), "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message' ORDER BY 1 DESC")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var sig string
+			if err := rows.Scan(&sig); err != nil {
+				t.Fatal(err)
+			}
+			sigs = append(sigs, sig)
+		}
+		if rows.Close(); len(sigs) != 2 {
+			t.Fatalf("pg_logical_emit_message overloads %v, want the text and the bytea one", sigs)
+		}
 		out := doctorOut("--table", "", "--message-prefix", "walrelay.outbox")
 		for _, want := range []string{"WARN tableless", "granted to PUBLIC",
-			"REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean,text,text) FROM PUBLIC;",
-			"REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean,text,bytea) FROM PUBLIC;"} {
+			"REVOKE EXECUTE ON FUNCTION " + sigs[0] + " FROM PUBLIC;", "REVOKE EXECUTE ON FUNCTION " + sigs[1] + " FROM PUBLIC;"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("doctor with the default privileges does not say %q:\n%s", want, out)
 			}
@@ -35,12 +51,12 @@ func TestTablelessOptIn(t *testing.T) {
 			t.Fatalf("doctor without a message prefix mentions the tableless outbox:\n%s", out)
 		}
 		// Only the text overload revoked: still a warning, naming the other one.
-		pg.Exec("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC")
+		pg.Exec("REVOKE EXECUTE ON FUNCTION " + sigs[0] + " FROM PUBLIC")
 		out = doctorOut("--table", "", "--message-prefix", "walrelay.outbox")
-		if !strings.Contains(out, "WARN tableless") || !strings.Contains(out, "pg_logical_emit_message(boolean,text,bytea) is granted to PUBLIC") {
+		if !strings.Contains(out, "WARN tableless") || !strings.Contains(out, sigs[1]+" is granted to PUBLIC") {
 			t.Fatalf("doctor with the bytea overload still granted:\n%s", out)
 		}
-		pg.Exec("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC")
+		pg.Exec("REVOKE EXECUTE ON FUNCTION " + sigs[1] + " FROM PUBLIC")
 		out = doctorOut("--table", "", "--message-prefix", "walrelay.outbox")
 		if !strings.Contains(out, "ok   tableless") || strings.Contains(out, "WARN") {
 			t.Fatalf("doctor after REVOKE ... FROM PUBLIC on both overloads:\n%s", out)

@@ -58,6 +58,16 @@ wait_pid_gone() {
 	done
 }
 
+# wait_until SECONDS CMD...: run CMD every 0.2 s until it succeeds; false after SECONDS.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		[ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.2
+	done
+}
+
 # safe_wipe DIR: remove a state directory, but only one that is ours (empty, missing, or marked).
 safe_wipe() {
 	local dir

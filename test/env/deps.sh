@@ -4,6 +4,7 @@
 # everything is there.
 #
 #   Postgres server binaries (initdb, pg_ctl, pg_recvlogical) and psql  <- apt: postgresql
+#   unzip, xz (other Postgres majors from Maven, pgversions.sh)         <- apt: unzip xz-utils
 #   kcat                                                                <- apt: kcat
 #   java >= 17                                                          <- apt: openjdk-17-jre-headless
 #   mvn                                                                 <- apt: maven
@@ -23,8 +24,10 @@ WALRELAY_LOG_TAG=deps
 
 missing=()
 
-pgbin="${WALRELAY_TEST_PGBIN:-/usr/lib/postgresql/15/bin}"
-if [ -z "${WALRELAY_TEST_PGBIN:-}" ] && [ ! -x "$pgbin/initdb" ]; then
+# Debian's clients (psql, pg_isready, pg_recvlogical) serve every major, so Debian's
+# postgresql is needed even when the tests run another major's server.
+pgbin=/usr/lib/postgresql/15/bin
+if [ ! -x "$pgbin/initdb" ]; then
 	# pg.sh falls back to the newest installed major.
 	alt="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
 	[ -n "$alt" ] && pgbin="$alt"
@@ -39,6 +42,8 @@ command -v psql >/dev/null || missing+=(postgresql)
 command -v kcat >/dev/null || missing+=(kcat)
 command -v curl >/dev/null || missing+=(curl) # debezium.sh asks Kafka Connect's REST API
 command -v promtool >/dev/null || missing+=(prometheus)
+command -v unzip >/dev/null || missing+=(unzip)
+command -v xz >/dev/null || missing+=(xz-utils)
 
 java_major() {
 	local j="java"
@@ -71,6 +76,10 @@ fi
 
 log "postgres $("$pgbin/postgres" --version | awk '{print $3}') ($pgbin), kcat $(kcat -V 2>&1 | awk '/^Version/ {print $2}'), java $(java_major), $(mvn -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g'), $(go version | awk '{print $3}')"
 
+# The Postgres major asked for (make test PG=17), installed now (no-op when it is).
+if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ]; then
+	log "postgres $WALRELAY_TEST_PG_VERSION: $("$WALRELAY_ENV_DIR/pgversions.sh" bin "$WALRELAY_TEST_PG_VERSION")"
+fi
 # Warm the broker jar cache (no-op when cached).
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
 # Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).

@@ -13,7 +13,10 @@
 #   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
 # pg_ctl refuses to run as root: tests restart Postgres through "$WALRELAY_TEST_ENV_DIR/pg.sh".
 #
-# Knobs: WALRELAY_TEST_DIR (default /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
+# Knobs: WALRELAY_TEST_PG_VERSION (`make test PG=17`: the Postgres major, 14 to 18, default
+# Debian's 15; pg.sh installs the others through pgversions.sh and `pg.sh env` hands the
+# tests their WALRELAY_TEST_PGBIN), WALRELAY_TEST_DIR (default
+# /tmp/walrelay-test, wiped at start), GO_TEST_FLAGS (extra
 # flags for go test, e.g. "-run TestX -v"), WALRELAY_FUZZTIME (default 30s; 0 skips the fuzz),
 # WALRELAY_TEST_KEEP=1 (leave the services running afterwards, for debugging),
 # WALRELAY_TEST_PG_PORT / WALRELAY_TEST_KAFKA_PORT (default: free ports outside the kernel's
@@ -81,6 +84,7 @@ WALRELAY_TEST_KAFKA_SECURE=1 "$WALRELAY_ENV_DIR/kafka.sh" start 8>&-
 eval "$("$WALRELAY_ENV_DIR/pg.sh" env)"
 eval "$("$WALRELAY_ENV_DIR/kafka.sh" env)"
 env | grep '^WALRELAY_TEST_' | sort >&2
+log "$("$WALRELAY_TEST_PGBIN/postgres" --version)"
 
 failed=()
 step() {

@@ -56,10 +56,14 @@ type Config struct {
 	TopicReplicationFactor int
 
 	HeartbeatInterval time.Duration
-	StatusInterval    time.Duration
-	MaxInFlight       int
-	ShutdownTimeout   time.Duration
-	KafkaTimeout      time.Duration
+	// HeartbeatDSN (and its file) is the primary's DSN when walrelay decodes
+	// on a standby: heartbeats must write WAL, which only the primary can.
+	HeartbeatDSN     string
+	HeartbeatDSNFile string
+	StatusInterval   time.Duration
+	MaxInFlight      int
+	ShutdownTimeout  time.Duration
+	KafkaTimeout     time.Duration
 
 	OnPoison string
 	DLQTopic string
@@ -236,6 +240,8 @@ func (c *Config) settings() []setting {
 	)...)
 	ss = append(ss, g(GroupService,
 		setting{name: "heartbeat-interval", usage: "interval of transactional heartbeat messages (0 disables)", value: durVal{&c.HeartbeatInterval}},
+		setting{name: "heartbeat-postgres-dsn", usage: "the primary's DSN when --postgres-dsn is a standby (logical decoding on a standby, Postgres 16+): heartbeats write WAL there; empty: the Postgres DSN", value: stringVal{&c.HeartbeatDSN}},
+		setting{name: "heartbeat-postgres-dsn-file", usage: "file holding the heartbeat Postgres DSN (instead of --heartbeat-postgres-dsn)", value: stringVal{&c.HeartbeatDSNFile}, secretOf: "heartbeat-postgres-dsn"},
 		setting{name: "status-interval", usage: "how often a moved confirmed position is reported to Postgres", value: durVal{&c.StatusInterval}},
 		setting{name: "standby-retry-interval", usage: "fixed wait between tries of a slot another process holds (standby)", value: durVal{&c.StandbyRetryInterval}},
 		setting{name: "slot-metrics-interval", usage: "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", value: durVal{&c.SlotMetricsInterval}},
@@ -426,6 +432,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		MaxInFlight:          c.MaxInFlight,
 		OnPoison:             c.OnPoison,
 		HeartbeatInterval:    c.HeartbeatInterval,
+		HeartbeatDSN:         c.HeartbeatDSN,
 		SlotMetricsInterval:  c.SlotMetricsInterval,
 		StandbyRetryInterval: c.StandbyRetryInterval,
 		ShutdownTimeout:      c.ShutdownTimeout,

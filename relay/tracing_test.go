@@ -1,0 +1,274 @@
+package relay
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/walrelay/walrelay/sink"
+)
+
+func TestParseTracingEnv(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     []string
+		enabled bool
+		sampler string
+		ratio   float64
+		errVar  string
+	}{
+		{name: "nothing set: off"},
+		{name: "service name alone: off", env: []string{"OTEL_SERVICE_NAME", "x"}},
+		{name: "general endpoint: on, walrelay's sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"},
+			enabled: true, sampler: "parentbased_always_off", ratio: 1},
+		{name: "traces endpoint: on", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces"},
+			enabled: true, sampler: "parentbased_always_off", ratio: 1},
+		{name: "exporter otlp without endpoint: on (localhost)", env: []string{"OTEL_TRACES_EXPORTER", "otlp"},
+			enabled: true, sampler: "parentbased_always_off", ratio: 1},
+		{name: "SDK disabled wins", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318", "OTEL_SDK_DISABLED", "TRUE"}},
+		{name: "exporter none wins", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318", "OTEL_TRACES_EXPORTER", "none"}},
+		{name: "ratio sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0.25"},
+			enabled: true, sampler: "parentbased_traceidratio", ratio: 0.25},
+		{name: "http/protobuf named", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"},
+			enabled: true, sampler: "parentbased_always_off", ratio: 1},
+		{name: "grpc refused", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, errVar: "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{name: "traces protocol checked first", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
+			"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"}, errVar: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
+		{name: "unknown sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "xray"}, errVar: "OTEL_TRACES_SAMPLER"},
+		{name: "bad ratio", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "2"}, errVar: "OTEL_TRACES_SAMPLER_ARG"},
+		{name: "another exporter", env: []string{"OTEL_TRACES_EXPORTER", "zipkin"}, errVar: "OTEL_TRACES_EXPORTER"},
+		{name: "settings of tracing that is off are not checked", env: []string{"OTEL_TRACES_SAMPLER", "xray", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseTracingEnv(envOf(tc.env...))
+			if !wantOptionError(t, err, tc.errVar) {
+				return
+			}
+			if c.Enabled != tc.enabled || (tc.enabled && (c.Sampler != tc.sampler || c.Ratio != tc.ratio)) {
+				t.Errorf("got %+v, want enabled %v sampler %q ratio %v", c, tc.enabled, tc.sampler, tc.ratio)
+			}
+			if !c.Enabled && c.Off == "" {
+				t.Error("off without a reason")
+			}
+		})
+	}
+}
+
+// The samplers the names make decide as their names say.
+func TestTracingSamplers(t *testing.T) {
+	root := sdktrace.SamplingParameters{TraceID: [16]byte{1}, Name: "send"}
+	for name, sampled := range map[string]bool{
+		"always_on": true, "always_off": false, "parentbased_always_on": true, "parentbased_always_off": false,
+		"traceidratio": true, "parentbased_traceidratio": true,
+	} {
+		s := TracingConfig{Sampler: name, Ratio: 1}.sampler()
+		if got := s.ShouldSample(root).Decision == sdktrace.RecordAndSample; got != sampled {
+			t.Errorf("%s samples a root: %v, want %v", name, got, sampled)
+		}
+		if strings.HasPrefix(name, "parentbased_") != strings.HasPrefix(s.Description(), "ParentBased") {
+			t.Errorf("%s is %s", name, s.Description())
+		}
+	}
+	if (TracingConfig{Sampler: "traceidratio", Ratio: 0}).sampler().ShouldSample(root).Decision != sdktrace.Drop {
+		t.Error("ratio 0 samples")
+	}
+}
+
+// otelEnv clears the OTEL_* variables walrelay reads and sets kv.
+func otelEnv(t *testing.T, kv ...string) {
+	t.Helper()
+	for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_COMPRESSION",
+		"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_CERTIFICATE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50") // ms: export within the test's patience
+	for i := 0; i+1 < len(kv); i += 2 {
+		t.Setenv(kv[i], kv[i+1])
+	}
+}
+
+const (
+	appTraceID    = "4bf92f3577b34da6a3ce929d0e0e4736"
+	appSpanID     = "00f067aa0ba902b7"
+	appTracestate = "congo=t61rcWkgMzE"
+)
+
+// insertWithHeaders commits one outbox row per headers value (a JSON
+// object) in one transaction, aggregate ids agg-0, agg-1, ...
+func (f *relayFixture) insertWithHeaders(t *testing.T, headers ...string) {
+	t.Helper()
+	tx, err := f.pg.Conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range headers {
+		if _, err := tx.Exec(context.Background(), fmt.Sprintf(
+			"INSERT INTO public.%s_outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', $1, 'created', '{}', $2::jsonb)", f.name),
+			fmt.Sprintf("agg-%d", i), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func byKey(recs []*kgo.Record) map[string]*kgo.Record {
+	m := map[string]*kgo.Record{}
+	for _, r := range recs {
+		m[string(r.Key)] = r
+	}
+	return m
+}
+
+// End to end with an OTLP/HTTP receiver in the test: a row's trace
+// continues in walrelay's span, and the record points at that span.
+func TestTracingEndToEnd(t *testing.T) {
+	cases := []struct {
+		name string
+		env  []string
+		mod  func(*Options)
+		// rootSampled: the row without a trace context gets a root span.
+		rootSampled bool
+		service     string
+	}{
+		{name: "default sampler", service: "walrelay"},
+		{name: "roots sampled, service named", env: []string{"OTEL_TRACES_SAMPLER", "parentbased_always_on", "OTEL_SERVICE_NAME", "orders-relay"},
+			rootSampled: true, service: "orders-relay"},
+		{name: "exactly-once", service: "walrelay", mod: func(o *Options) {
+			o.ExactlyOnce = &ExactlyOnce{TransactionalID: "walrelay-trace-eos", CheckpointTopic: "trace_eos.checkpoints",
+				CheckpointReplicationFactor: -1, CommitInterval: 100 * time.Millisecond, MaxRecords: 100}
+		}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rcv := newOTLPReceiver(t)
+			otelEnv(t, append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL, "OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t"}, tc.env...)...)
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			mods := []func(*Options){}
+			if tc.mod != nil {
+				mods = append(mods, tc.mod)
+			}
+			f := startRelay(t, fmt.Sprintf("trace_e2e_%d", i), cluster, mods...)
+			traceparent := "00-" + appTraceID + "-" + appSpanID + "-01"
+			f.insertWithHeaders(t, fmt.Sprintf(`{"traceparent": %q, "tracestate": %q, "tenant": "acme"}`, traceparent, appTracestate), `{"tenant": "acme"}`)
+			recs := byKey(consumeAll(t, cluster.ListenAddrs(), f.name+".order", 2))
+			traced, plain := recs["agg-0"], recs["agg-1"]
+
+			want := 1
+			if tc.rootSampled {
+				want = 2
+			}
+			waitFor(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.spans()) >= want })
+			f.stop() // flushes the rest: nothing more may come
+			spans := rcv.spans()
+			if len(spans) != want {
+				t.Fatalf("%d spans exported, want %d", len(spans), want)
+			}
+			var sp, root receivedSpan
+			for _, s := range spans {
+				if hex.EncodeToString(s.TraceId) == appTraceID {
+					sp = s
+				} else {
+					root = s
+				}
+			}
+			if sp.Span == nil {
+				t.Fatalf("no span in the row's trace %s: %v", appTraceID, spans)
+			}
+			if got := hex.EncodeToString(sp.ParentSpanId); got != appSpanID {
+				t.Errorf("parent span %s, want the row's %s", got, appSpanID)
+			}
+			if got := headerValue(traced, "traceparent"); got != fmt.Sprintf("00-%s-%x-01", appTraceID, sp.SpanId) {
+				t.Errorf("record traceparent %q, want walrelay's span %x in the row's trace", got, sp.SpanId)
+			}
+			if got := headerValue(traced, "tracestate"); got != appTracestate || sp.TraceState != appTracestate {
+				t.Errorf("tracestate: record %q, span %q; want the row's %q", got, sp.TraceState, appTracestate)
+			}
+			if headerValue(traced, "tenant") != "acme" {
+				t.Error("the row's other header was lost")
+			}
+			start := time.Unix(0, int64(sp.StartTimeUnixNano))
+			if !start.Truncate(time.Millisecond).Equal(traced.Timestamp) {
+				t.Errorf("span starts %v, want the commit time (the record's timestamp %v)", start, traced.Timestamp)
+			}
+			if sp.EndTimeUnixNano < sp.StartTimeUnixNano {
+				t.Errorf("span ends before it starts")
+			}
+			for k, v := range map[string]string{
+				"messaging.system": "kafka", "messaging.operation.type": "send", "messaging.destination.name": f.name + ".order",
+				"messaging.kafka.message.key": "agg-0", "messaging.message.id": headerValue(traced, "id"),
+				"walrelay.table": "public." + f.name + "_outbox", "walrelay.lsn": headerValue(traced, "walrelay.lsn"),
+				"messaging.destination.partition.id": fmt.Sprint(traced.Partition), "messaging.kafka.offset": fmt.Sprint(traced.Offset),
+			} {
+				if got := sp.attr(k); got != v {
+					t.Errorf("attribute %s = %q, want %q", k, got, v)
+				}
+			}
+			if sp.resource["service.name"] != tc.service || sp.resource["service.version"] == "" || sp.scope != sink.TracerName {
+				t.Errorf("resource %v scope %q, want service.name %q with a version, scope %s", sp.resource, sp.scope, tc.service, sink.TracerName)
+			}
+			if tc.rootSampled {
+				if len(root.ParentSpanId) != 0 || headerValue(plain, "traceparent") != fmt.Sprintf("00-%x-%x-01", root.TraceId, root.SpanId) {
+					t.Errorf("row without trace context: span parent %x, record traceparent %q; want a root span the record points at",
+						root.ParentSpanId, headerValue(plain, "traceparent"))
+				}
+			} else if got := headerValue(plain, "traceparent"); got != "" {
+				t.Errorf("row without trace context got traceparent %q, want none (roots are not sampled)", got)
+			}
+			rcv.everyRequestHas(t, "Authorization", "Bearer s3cr3t") // from OTEL_EXPORTER_OTLP_HEADERS
+			logs := f.logs.String()
+			if !strings.Contains(logs, "tracing on") || strings.Contains(logs, "s3cr3t") {
+				t.Errorf("log: want a 'tracing on' line and no header value:\n%s", logs)
+			}
+		})
+	}
+}
+
+// With tracing off, no span is made and the record's trace headers are the
+// row's, also when an endpoint is set (OTEL_SDK_DISABLED).
+func TestTracingOffEndToEnd(t *testing.T) {
+	for i, env := range [][]string{
+		nil,
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTEL_SDK_DISABLED", "true"}, // the endpoint is set below
+	} {
+		rcv := newOTLPReceiver(t)
+		if env != nil {
+			env[1] = rcv.URL
+		}
+		otelEnv(t, env...)
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := startRelay(t, fmt.Sprintf("trace_off_%d", i), cluster, func(o *Options) {})
+		traceparent := "00-" + appTraceID + "-" + appSpanID + "-01"
+		f.insertWithHeaders(t, fmt.Sprintf(`{"traceparent": %q, "tracestate": %q}`, traceparent, appTracestate))
+		rec := consumeAll(t, cluster.ListenAddrs(), f.name+".order", 1)[0]
+		f.stop()
+		cluster.Close()
+		if got := headerValue(rec, "traceparent"); got != traceparent || headerValue(rec, "tracestate") != appTracestate {
+			t.Errorf("env %q: record traceparent %q tracestate %q, want the row's", env, got, headerValue(rec, "tracestate"))
+		}
+		if n := rcv.count(); n != 0 {
+			t.Errorf("env %q: %d exports, want none", env, n)
+		}
+		if strings.Contains(f.logs.String(), "tracing on") {
+			t.Errorf("env %q: the log says tracing is on", env)
+		}
+	}
+}
