@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +78,12 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		return &settingsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"kafka-brokers"}}
+	}
+	if err := registerSchemas(ctx, snk); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 
 	var walEnd atomic.Uint64
@@ -306,3 +313,34 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	r.confirmed = max(r.confirmed, st.Confirmed())
 	return r.mode.endSession(err)
 }
+
+// registerSchemas registers the schema files and looks up the subjects known
+// before any event (sink.RegisterSchemas): a subject missing, refused or
+// unusable stops walrelay at start, each named on one line; a registry that
+// cannot be reached too, as Kafka does.
+func registerSchemas(ctx context.Context, snk *sink.Sink) error {
+	err := snk.RegisterSchemas(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case sink.IsRetryable(err):
+		return &settingsError{fmt.Errorf("%w (check the schema registry URL setting and that the registry is up)", err), []string{"schema-registry-url"}}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return oneLine{j.Unwrap()}
+	}
+	return err
+}
+
+// oneLine is errors.Join's error on one line: the messages joined with "; ".
+type oneLine struct{ errs []error }
+
+func (e oneLine) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e.errs }

@@ -1,17 +1,12 @@
 package sink_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -24,38 +19,17 @@ import (
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/sink/schema"
+	"github.com/walrelay/walrelay/test/registrytest"
 )
 
 // The real registry test's schemas: Avro and Protobuf with a reference to a
 // schema under another subject, JSON Schema.
 const (
-	itMoneyAvsc = `{"type":"record","name":"Money","namespace":"wr.common","fields":[{"name":"currency","type":"string"},{"name":"units","type":"long"}]}`
-	itOrderAvsc = `{"type":"record","name":"Order","namespace":"wr.it","fields":[
- {"name":"id","type":"string"},{"name":"qty","type":"long"},{"name":"total","type":"double"},{"name":"paid","type":"boolean"},
- {"name":"note","type":["null","string"],"default":null},
- {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
- {"name":"tags","type":{"type":"array","items":"string"}},
- {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
- {"name":"amount","type":"wr.common.Money"}]}`
-	itMoneyProto = `syntax = "proto3";
-package wr.common;
-message Money { string currency = 1; int64 units = 2; }
-`
-	itOrdersProto = `syntax = "proto3";
-package wr.it;
-import "wr/common/money.proto";
-message Order {
-  message Item { string sku = 1; int32 count = 2; }
-  string id = 1;
-  int64 qty = 2;
-  repeated Item items = 3;
-  wr.common.Money amount = 4;
-}
-message Refund { string order_id = 1; int64 cents = 2; }
-`
-	itOrderJSONSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"wr.it.Order","type":"object",
- "properties":{"id":{"type":"string"},"total":{"type":"number"},"tags":{"type":"array","items":{"type":"string"}}},
- "required":["id","total"],"additionalProperties":false}`
+	itMoneyAvsc       = registrytest.MoneyAvsc
+	itOrderAvsc       = registrytest.OrderAvsc
+	itMoneyProto      = registrytest.MoneyProto
+	itOrdersProto     = registrytest.OrdersProto
+	itOrderJSONSchema = registrytest.OrderJSONSchema
 )
 
 // itRecord is one event of the real registry test and what a consumer with
@@ -313,29 +287,9 @@ func itConsume(t *testing.T, ctx context.Context, brokers, topics []string, n in
 // compares each value with what the row held.
 func itJavaConsumer(t *testing.T, ctx context.Context, prefix string, topics map[string]string, frameIDs map[string]int) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bash", "../test/registry/consumer.sh",
-		"--topic", prefix+"-avro=avro", "--topic", prefix+"-proto=protobuf", "--topic", prefix+"-json=json",
-		"--count", fmt.Sprint(len(itRecords)), "--timeout-ms", "60000")
-	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	runErr := cmd.Run()
-	type consumed struct {
-		Topic, Key, Error string
-		SchemaID          int `json:"schemaId"`
-		Value             json.RawMessage
-	}
-	got := map[string]consumed{}
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		t.Logf("consumer: %s", sc.Text())
-		var l consumed
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("consumer line %q: %v", sc.Text(), err)
-		}
+	got := map[string]registrytest.Record{}
+	for _, l := range registrytest.Consume(ctx, t, map[string]string{prefix + "-avro": "avro", prefix + "-proto": "protobuf", prefix + "-json": "json"}, len(itRecords)) {
 		got[l.Topic+"/"+l.Key] = l
-	}
-	if runErr != nil {
-		t.Fatalf("consumer.sh: %v", runErr)
 	}
 	for _, r := range itRecords {
 		k := topics[r.table] + "/" + r.key
@@ -347,39 +301,8 @@ func itJavaConsumer(t *testing.T, ctx context.Context, prefix string, topics map
 			t.Errorf("%s %s: the consumer read schema id %d, the frame holds %d", r.table, r.key, l.SchemaID, frameIDs[k])
 		case l.Error != "":
 			t.Errorf("%s %s: consumer error %s", r.table, r.key, l.Error)
-		case !sameJSONValue(t, l.Value, r.want):
+		case !registrytest.SameJSON(t, l.Value, []byte(r.want)):
 			t.Errorf("%s %s: consumer read %s, want %s", r.table, r.key, l.Value, r.want)
 		}
 	}
-}
-
-// sameJSONValue compares two JSON texts, numbers by their exact value.
-func sameJSONValue(t *testing.T, a json.RawMessage, b string) bool {
-	norm := func(s []byte) any {
-		d := json.NewDecoder(bytes.NewReader(s))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		return ratNumbers(v)
-	}
-	return reflect.DeepEqual(norm(a), norm([]byte(b)))
-}
-
-func ratNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		r, _ := new(big.Rat).SetString(x.String())
-		return r.RatString()
-	case []any:
-		for i := range x {
-			x[i] = ratNumbers(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = ratNumbers(x[k])
-		}
-	}
-	return v
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,20 +17,17 @@ import (
 
 // benchOrderAvsc and benchOrderJSON are a typical outbox event: a dozen
 // fields, a nested record, an array, a nullable union, a timestamp and a
-// decimal (about 300 bytes of JSON).
-const benchOrderAvsc = `{"type":"record","name":"OrderCreated","namespace":"shop","fields":[
- {"name":"id","type":"string"},{"name":"customer","type":"string"},{"name":"qty","type":"long"},
- {"name":"total","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
- {"name":"currency","type":"string"},{"name":"paid","type":"boolean"},
- {"name":"note","type":["null","string"],"default":null},
- {"name":"created_at","type":{"type":"long","logicalType":"timestamp-micros"}},
- {"name":"items","type":{"type":"array","items":{"type":"record","name":"Item","fields":[
-   {"name":"sku","type":"string"},{"name":"count","type":"int"},{"name":"price","type":"double"}]}}},
- {"name":"address","type":{"type":"record","name":"Address","fields":[{"name":"city","type":"string"},{"name":"zip","type":"string"}]}}]}`
+// decimal (about 300 bytes of JSON), shared with sink/schema's
+// BenchmarkAvroEncode.
+var benchOrderAvsc, benchOrderJSON = benchTestdata("bench-order.avsc"), benchTestdata("bench-order.json")
 
-const benchOrderJSON = `{"id":"o-000042","customer":"c-981","qty":3,"total":149.97,"currency":"EUR","paid":true,"note":"leave at the door",` +
-	`"created_at":"2026-03-14T15:09:26.535897+00:00","items":[{"sku":"sku-1","count":1,"price":49.99},{"sku":"sku-2","count":2,"price":49.99}],` +
-	`"address":{"city":"Lyon","zip":"69001"}}`
+func benchTestdata(name string) string {
+	b, err := os.ReadFile(filepath.Join("schema", "testdata", name))
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(b))
+}
 
 // BenchmarkPrepareSchema is Prepare of one event (topic known, schema
 // resolved: no I/O) with the payload passed through as today, validated

@@ -20,6 +20,7 @@ import (
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/sink/schema"
 )
 
 // run is `walrelay run`: the relay until ctx ends or it stops on a failure.
@@ -56,6 +57,7 @@ func settingError(err error) (error, bool) {
 	var ce *config.Error
 	var oe *relay.OptionError
 	var se *sink.SettingError
+	var sse *schema.SettingError
 	switch {
 	case errors.As(err, &ce):
 		return err, true
@@ -63,6 +65,8 @@ func settingError(err error) (error, bool) {
 		return config.OptionError(oe), true
 	case errors.As(err, &se):
 		return config.SinkError(se), true
+	case errors.As(err, &sse):
+		return config.SinkError(sse), true
 	}
 	return err, false
 }
@@ -252,6 +256,12 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		}
 	}
 	snk, err := sink.New(cfg.Sink())
+	var schemaErr *schema.SettingError
+	if errors.As(err, &schemaErr) { // a schema file that cannot be read or parsed
+		report("schema", config.SinkError(err))
+		cfg.Registry.Schema = schema.Config{}
+		snk, err = sink.New(cfg.Sink())
+	}
 	if err == nil {
 		defer snk.Close()
 		pctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
@@ -259,6 +269,9 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		cancel()
 	}
 	report("kafka", err)
+	if snk != nil && schemaErr == nil && !checkRegistry(ctx, snk, cfg.Registry.Schema, w) {
+		failed = true
+	}
 	if opts, oerr := cfg.Relay(nil); err == nil && oerr == nil && opts.ExactlyOnce != nil {
 		note, err := checkExactlyOnce(ctx, snk, opts.ExactlyOnce, cfg.KafkaTimeout)
 		if err != nil {
@@ -293,4 +306,33 @@ func checkExactlyOnce(ctx context.Context, snk *sink.Sink, x *relay.ExactlyOnce,
 	}
 	return fmt.Sprintf("transactional id %q: coordinator broker %d, %s; checkpoint topic %q %s; consumers must read with isolation.level=read_committed",
 		x.TransactionalID, st.Coordinator, state, x.CheckpointTopic, topic), nil
+}
+
+// checkRegistry prints doctor's lines for the schema registry (with schema
+// rules only): whether it answers and accepts the credentials, then one line
+// per configured subject (exists or would be registered, its compatibility
+// level). False when a check failed.
+func checkRegistry(ctx context.Context, snk *sink.Sink, sc schema.Config, w io.Writer) bool {
+	if !sc.Enabled() {
+		return true
+	}
+	// Each request is bounded by the registry timeout; the first that finds
+	// the registry unavailable ends the check.
+	findings, err := snk.CheckRegistry(ctx)
+	ok := err == nil
+	for _, f := range findings {
+		state := "ok  "
+		if !f.OK {
+			state, ok = "FAIL", false
+		}
+		fmt.Fprintf(w, "%s %-11s %s\n", state, f.Check, f.Note)
+	}
+	if err != nil {
+		msg := config.Explain(err)
+		if schema.IsRetryable(err) {
+			msg += " (check the schema registry URL and that the registry is up)"
+		}
+		fmt.Fprintf(w, "FAIL %-11s %s\n", "schema-registry", strings.TrimPrefix(msg, "schema registry: "))
+	}
+	return ok
 }

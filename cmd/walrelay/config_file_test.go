@@ -116,6 +116,23 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"drop-from-slot":                 {"true", "true"},
 		"start-lsn":                      {"0/2A", "0/2A"},
 		"partitioned":                    {"true", "true"},
+
+		// Basic auth, so neither bearer token (one kind of credentials).
+		"schema-registry-url":                      {"[http://sr1:8081, http://sr2:8081]", "http://sr1:8081,http://sr2:8081"},
+		"schema-registry-username":                 {"relay", "relay"},
+		"schema-registry-password":                 {"", "sasl-file-secret"},
+		"schema-registry-password-file":            {passwordFile, passwordFile},
+		"schema-registry-bearer-token":             {"", ""},
+		"schema-registry-bearer-token-file":        {"", ""},
+		"schema-registry-tls-ca-file":              {"/etc/sr-ca.pem", "/etc/sr-ca.pem"},
+		"schema-registry-tls-cert-file":            {"/etc/sr.pem", "/etc/sr.pem"},
+		"schema-registry-tls-key-file":             {"/etc/sr.key", "/etc/sr.key"},
+		"schema-registry-tls-server-name":          {"registry.internal", "registry.internal"},
+		"schema-registry-tls-insecure-skip-verify": {"true", "true"},
+		"schema-registry-timeout":                  {"3s", "3s"},
+		"schema-subject-strategy":                  {"topic-record", "topic-record"},
+		"schema-dir":                               {"/etc/schemas", "/etc/schemas"},
+		"schema-rules":                             {"[{table: sales.outbox2, event_type: OrderCreated, value: {file: /etc/order.avsc}}]", "sales.outbox2/OrderCreated"},
 	}
 }
 

@@ -146,14 +146,15 @@ Only the Postgres DSN and the Kafka brokers are required.
 
 const doctorUsage = `Usage: walrelay doctor [flags]
 
-Checks the Postgres and Kafka prerequisites of 'walrelay run' with the same
-settings, without changing anything, and prints one line per check with the fix.
+Checks the Postgres and Kafka prerequisites of 'walrelay run' (and the schema
+registry, with schema rules) with the same settings, without changing anything,
+and prints one line per check with the fix.
 Exit codes: 0 all checks pass, 1 a check failed, 2 invalid usage or configuration.
 `
 
 // doctorGroups are the settings doctor's checks use; -h lists those.
 var doctorGroups = []string{config.GroupGeneral, config.GroupPostgres, config.GroupTables, config.GroupKafka,
-	config.GroupSecurity, config.GroupDelivery}
+	config.GroupSecurity, config.GroupDelivery, config.GroupSchema}
 
 const doctorMore = `doctor also takes every other setting of walrelay run (see 'walrelay run -h'), so
 a run command line or config file works with doctor in its place, and it refuses

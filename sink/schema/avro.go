@@ -24,6 +24,7 @@ var avroAPI = avro.Config{}.Freeze()
 // docs/schema-registry.md, "JSON to Avro"). Safe for concurrent use.
 type avroCodec struct {
 	schema avro.Schema
+	fast   *avroNode // the fast path (avrofast.go)
 }
 
 // parseAvro parses text after the schemas it references (deps, each after
@@ -42,10 +43,18 @@ func parseAvro(text string, deps []namedSchema) (*avroCodec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Avro: %w", ErrInvalidSchema, err)
 	}
-	return &avroCodec{schema: s}, nil
+	return &avroCodec{schema: s, fast: compileFast(s, map[*avro.RecordSchema]*avroNode{})}, nil
 }
 
 func (c *avroCodec) encode(dst, data []byte) ([]byte, error) {
+	if out, ok := c.fast.encodeFast(dst, data); ok {
+		return out, nil
+	}
+	return c.encodeGeneral(dst, data)
+}
+
+// encodeGeneral is the general path: every rule, every error message.
+func (c *avroCodec) encodeGeneral(dst, data []byte) ([]byte, error) {
 	v, err := decodeJSON(data)
 	if err != nil {
 		return nil, err

@@ -45,7 +45,7 @@ func (e *Encoder) Check(ctx context.Context, topicOf TopicOf) ([]Finding, error)
 					"%s: subject %s depends on the event's topic; each topic's subject is resolved on its first event", b.what, b.subject("<topic>"))})
 				continue
 			}
-			f, err := e.checkBinding(ctx, b, topic)
+			f, err := e.checkBinding(ctx, b, topic, global.Level)
 			if err != nil {
 				return out, err
 			}
@@ -55,7 +55,7 @@ func (e *Encoder) Check(ctx context.Context, topicOf TopicOf) ([]Finding, error)
 	return out, nil
 }
 
-func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (Finding, error) {
+func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string, global sr.CompatibilityLevel) (Finding, error) {
 	subject := b.subject(topic)
 	fail := func(err error) (Finding, error) {
 		if IsRetryable(err) || errors.Is(err, ErrNotAuthorized) {
@@ -63,7 +63,7 @@ func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (F
 		}
 		return Finding{Check: "schema", Note: fmt.Sprintf("%s: %v", b.what, err)}, nil
 	}
-	compat := e.compatibility(ctx, subject)
+	compat := e.compatibility(ctx, subject, global)
 	if b.cfg.File == "" {
 		ss, err := e.cl.lookup(ctx, subject, b.cfg.Version)
 		if err != nil {
@@ -81,6 +81,10 @@ func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (F
 		return Finding{Check: "schema", OK: true, Note: fmt.Sprintf("%s: subject %q version %d, schema id %d (%s); compatibility %s",
 			b.what, subject, ss.Version, ss.ID, formatOf(ss.Type), compat)}, nil
 	}
+	missing := func() (Finding, error) {
+		return Finding{Check: "schema", OK: true, Note: fmt.Sprintf("%s: subject %q does not exist yet; walrelay run registers %s as its first version (compatibility %s)",
+			b.what, subject, b.cfg.File, compat)}, nil
+	}
 	s := sr.Schema{Schema: b.text, Type: srType(b.format), References: b.refs}
 	var ss sr.SubjectSchema
 	err := e.cl.call(ctx, fmt.Sprintf("look up %s in subject %q", b.cfg.File, subject), func(ctx context.Context) error {
@@ -95,6 +99,18 @@ func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (F
 	if !errors.Is(err, ErrSubjectMissing) {
 		return fail(err)
 	}
+	// Not in the subject: is there a subject? (Apicurio's compatibility
+	// check accepts anything for a subject it lacks, Confluent's answers 404.)
+	err = e.cl.call(ctx, fmt.Sprintf("list the versions of subject %q", subject), func(ctx context.Context) error {
+		_, err := e.cl.sr.SubjectVersions(ctx, subject)
+		return err
+	})
+	if errors.Is(err, ErrSubjectMissing) {
+		return missing()
+	}
+	if err != nil {
+		return fail(err)
+	}
 	var res sr.CheckCompatibilityResult
 	err = e.cl.call(ctx, fmt.Sprintf("check %s against subject %q", b.cfg.File, subject), func(ctx context.Context) error {
 		var err error
@@ -103,8 +119,7 @@ func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (F
 	})
 	switch {
 	case errors.Is(err, ErrSubjectMissing):
-		return Finding{Check: "schema", OK: true, Note: fmt.Sprintf("%s: subject %q does not exist yet; walrelay run registers %s as its first version (compatibility %s)",
-			b.what, subject, b.cfg.File, compat)}, nil
+		return missing()
 	case err != nil && errors.Is(err, ErrRefused) && len(b.refs) > 0:
 		// Apicurio's compatibility check does not resolve references (422).
 		return Finding{Check: "schema", OK: true, Note: fmt.Sprintf("%s: %s is not registered in subject %q yet and the registry could not check it (%v); walrelay run registers it",
@@ -119,14 +134,18 @@ func (e *Encoder) checkBinding(ctx context.Context, b *binding, topic string) (F
 		b.what, b.cfg.File, subject, compat)}, nil
 }
 
-// compatibility is subject's compatibility level, the global one when it
-// has none of its own, or why it could not be read.
-func (e *Encoder) compatibility(ctx context.Context, subject string) string {
+// compatibility is subject's compatibility level, global when it has none
+// of its own or does not exist (Apicurio answers 404 for a subject it lacks,
+// even with defaultToGlobal), or why it could not be read.
+func (e *Encoder) compatibility(ctx context.Context, subject string, global sr.CompatibilityLevel) string {
 	var c sr.CompatibilityResult
 	err := e.cl.call(ctx, fmt.Sprintf("read the compatibility of subject %q", subject), func(ctx context.Context) error {
 		c = e.cl.sr.Compatibility(sr.WithParams(ctx, sr.DefaultToGlobal), subject)[0]
 		return c.Err
 	})
+	if errors.Is(err, ErrSubjectMissing) {
+		return global.String()
+	}
 	if err != nil {
 		return fmt.Sprintf("unknown (%v)", err)
 	}

@@ -415,9 +415,11 @@ func TestCheck(t *testing.T) {
 		"true schema-registry reachable, credentials accepted; global compatibility BACKWARD",
 		`true schema table public.a value: subject "geo.Point" version 1, schema id 1 (avro); compatibility BACKWARD`,
 		`false schema table public.b value: schema registry: subject not found: look up subject "nope" version latest: HTTP 404`,
-		// srfake answers the compatibility of a subject it lacks with true;
-		// Confluent's registry with 404 (the case "does not exist yet").
-		`true schema table public.c value: ` + file + ` is not registered in subject "new-subject" yet; the registry accepts it`,
+		// A subject the registry lacks, whether its compatibility check
+		// answers 404 (Confluent's registry) or true (srfake, Apicurio's);
+		// its level is the global one (Apicurio answers 404 for the level
+		// of a subject it lacks, even with defaultToGlobal).
+		`true schema table public.c value: subject "new-subject" does not exist yet; walrelay run registers ` + file + ` as its first version (compatibility BACKWARD)`,
 		`true schema table public.d value: ` + file + ` is registered as subject "geo.Point" version 1, schema id 1`,
 		"true schema table public.e value: subject <topic>-value depends on the event's topic",
 	} {

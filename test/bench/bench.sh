@@ -42,9 +42,17 @@
 # broker is warm for every run; and the load's dirty pages are synced, so their writeback does
 # not land in run 1.
 #
+# Avro (BENCH_AVRO=1, the default; 0 skips it): each run also drains a third slot
+# (bench_avro_<i>) with walrelay encoding every value in Avro through a schema registry
+# (Apicurio, test/env/registry.sh, started in the bench's state dir) to topic bench.avro<i>, the
+# schema {seq: long, pad: string} given by --schema-dir. The JSON and Avro drains alternate
+# (odd runs: pg_recvlogical, JSON, Avro; even runs: Avro, JSON, pg_recvlogical), and the report
+# adds per run and as medians: Avro seconds, events/s, the ratio Avro/JSON (events/s) and
+# Avro's peak RSS.
+#
 # Knobs: BENCH_N (200000), BENCH_PAYLOAD (200), BENCH_PAD (hex|x), BENCH_TXN_ROWS (100),
-# BENCH_RUNS (3, at most 9: two slots each plus warm-up and probe within
-# max_replication_slots=20), BENCH_WARMUP (30),
+# BENCH_RUNS (3, at most 9, or 6 with Avro: two or three slots each plus warm-up and probe
+# within max_replication_slots=20), BENCH_WARMUP (30), BENCH_AVRO (1),
 # BENCH_TIMEOUT (seconds for one walrelay drain, 900), BENCH_WALRELAY_ARGS (extra `walrelay
 # run` flags; --slot and --topic are set per run after them), BENCH_RESULTS_DIR (where the
 # report is saved as bench-<date>-n<N>-p<PAYLOAD>.txt, test/bench/results; empty: not saved),
@@ -69,10 +77,13 @@ WARMUP_S="${BENCH_WARMUP:-30}"
 for v in N PAYLOAD TXN_ROWS TIMEOUT RUNS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number, got '${!v}'"
 done
-[ "$RUNS" -le 9 ] || die "BENCH_RUNS must be at most 9 (2 slots per run + warm-up + probe, max_replication_slots=20), got $RUNS"
+AVRO="${BENCH_AVRO:-1}"
+case "$AVRO" in 0 | 1) ;; *) die "BENCH_AVRO must be 0 or 1, got '$AVRO'" ;; esac
+[ "$RUNS" -le $((AVRO ? 6 : 9)) ] || die "BENCH_RUNS must be at most 9, or 6 with BENCH_AVRO=1 (2 or 3 slots per run + warm-up + probe, max_replication_slots=20), got $RUNS"
 case "$PAD_KIND" in hex | x) ;; *) die "BENCH_PAD must be hex or x, got '$PAD_KIND'" ;; esac
 [ "$PAYLOAD" -le 400000 ] || die "BENCH_PAYLOAD must be at most 400000 (the hex pad is cut from 512 KiB), got $PAYLOAD"
-topic_of() { printf 'bench.run%s\n' "$1"; }
+# topic_of I [avro]: the Kafka topic of run I's walrelay drain (JSON, or Avro).
+topic_of() { if [ "${2:-}" = avro ]; then printf 'bench.avro%s\n' "$1"; else printf 'bench.run%s\n' "$1"; fi; }
 
 # shellcheck source=bench-env.sh
 . "$WALRELAY_ROOT/test/bench/bench-env.sh"
@@ -90,6 +101,15 @@ avail_mb="$(df -Pm "$WALRELAY_TEST_DIR" | awk 'NR == 2 {print $4}')"
 bench_traps "bench" "Postgres and Kafka"
 
 bench_start_services
+# The schema registry of the Avro drains, and their schema: the bench payload's two fields.
+if [ "$AVRO" = 1 ]; then
+	"$WALRELAY_ENV_DIR/registry.sh" start 8>&-
+	eval "$("$WALRELAY_ENV_DIR/registry.sh" env)"
+	SCHEMA_DIR="$WALRELAY_TEST_DIR/schemas"
+	mkdir -p "$SCHEMA_DIR"
+	printf '%s\n' '{"type":"record","name":"BenchEvent","namespace":"walrelay.bench","fields":[{"name":"seq","type":"long"},{"name":"pad","type":"string"}]}' \
+		>"$SCHEMA_DIR/public.outbox-value.avsc"
+fi
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # The binary is optional up to the walrelay drains: the recvlogical half is reported either way.
@@ -119,8 +139,9 @@ q "SELECT pg_create_logical_replication_slot('bench_warmup', 'pgoutput')" >/dev/
 for ((i = 1; i <= RUNS; i++)); do
 	q "SELECT pg_create_logical_replication_slot('bench_recv_$i', 'pgoutput')" >/dev/null
 	q "SELECT pg_create_logical_replication_slot('bench_walrelay_$i', 'pgoutput')" >/dev/null
+	[ "$AVRO" = 0 ] || q "SELECT pg_create_logical_replication_slot('bench_avro_$i', 'pgoutput')" >/dev/null
 done
-START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name ~ '^bench_(recv|walrelay)_'")"
+START_LSN="$(q "SELECT min(confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name ~ '^bench_(recv|walrelay|avro)_'")"
 
 # --- load ---------------------------------------------------------------------------------
 TXNS=$(((N + TXN_ROWS - 1) / TXN_ROWS))
@@ -239,30 +260,36 @@ kafka_records() { # topic
 	kcat -b "$BROKERS" -Q "${qargs[@]}" | awk '{s += $NF} END {print s + 0}'
 }
 
-run_walrelay() { # i
-	local i="$1" extra=() t0 t1 deadline rc state log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
+# run_walrelay I [avro]: run I's walrelay drain, of slot bench_walrelay_I (JSON, the payload as
+# stored) or bench_avro_I (values encoded in Avro); its results under key I, or aI for Avro.
+run_walrelay() { # i [avro]
+	local i="$1" k="$1" slot="bench_walrelay_$1" extra=() t0 t1 deadline rc state log_file="$WALRELAY_TEST_DIR/walrelay-run$1.log"
 	read -r -a extra <<<"${BENCH_WALRELAY_ARGS:-}"
-	log "run $i: walrelay draining bench_walrelay_$i to Kafka topic $(topic_of "$i") (log: $log_file)"
+	if [ "${2:-}" = avro ]; then
+		k="a$i" slot="bench_avro_$i" log_file="$WALRELAY_TEST_DIR/walrelay-avro$i.log"
+		extra+=(--schema-registry-url "$WALRELAY_TEST_SCHEMA_REGISTRY" --schema-dir "$SCHEMA_DIR")
+	fi
+	log "run $i: walrelay draining $slot to Kafka topic $(topic_of "$i" "${2:-}") (log: $log_file)"
 	t0=$(now_ns)
 	"$BIN" run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" \
 		--publication walrelay --heartbeat-interval 0 --status-interval 100ms --metrics-addr "" \
-		"${extra[@]}" --slot "bench_walrelay_$i" --topic "$(topic_of "$i")" >"$log_file" 2>&1 8>&- </dev/null &
+		"${extra[@]}" --slot "$slot" --topic "$(topic_of "$i" "${2:-}")" >"$log_file" 2>&1 8>&- </dev/null &
 	wpid=$!
 	echo "$wpid" >"$WPID_FILE"
 	deadline=$((SECONDS + TIMEOUT))
 	while :; do
-		poll "SELECT active::text || ' ' || (confirmed_flush_lsn >= '$TARGET'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'"
+		poll "SELECT active::text || ' ' || (confirmed_flush_lsn >= '$TARGET'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = '$slot'"
 		state="$POLL_REPLY"
 		if [ "${state#* }" = true ]; then
 			t1=$(now_ns)
-			[ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$t1")"
+			[ -n "${WR_START[$k]:-}" ] || WR_START[$k]="$(secs "$t0" "$t1")"
 			break
 		fi
 		# Start-up: until walrelay's replication connection has the slot (Kafka and Postgres
 		# connected, prerequisites checked); the topic is created later, at the first event.
-		[ "${state% *}" != true ] || [ -n "${WR_START[$i]:-}" ] || WR_START[$i]="$(secs "$t0" "$(now_ns)")"
+		[ "${state% *}" != true ] || [ -n "${WR_START[$k]:-}" ] || WR_START[$k]="$(secs "$t0" "$(now_ns)")"
 		proc_status "$wpid"
-		[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$i]="$PROC_HWM_KB"
+		[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$k]="$PROC_HWM_KB"
 		if [ -z "$PROC_STATE" ] || [ "$PROC_STATE" = Z ]; then
 			tail -n 20 "$log_file" >&2
 			walrelay_problem="run $i: walrelay exited before confirming $TARGET"
@@ -270,14 +297,14 @@ run_walrelay() { # i
 		fi
 		if [ "$SECONDS" -ge "$deadline" ]; then
 			tail -n 20 "$log_file" >&2
-			walrelay_problem="run $i: walrelay did not confirm $TARGET within ${TIMEOUT}s (confirmed: $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench_walrelay_$i'"))"
+			walrelay_problem="run $i: walrelay did not confirm $TARGET within ${TIMEOUT}s (confirmed: $(q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$slot'"))"
 			return 1
 		fi
 		nap
 	done
-	WR_S[$i]="$(secs "$t0" "$t1")"
+	WR_S[$k]="$(secs "$t0" "$t1")"
 	proc_status "$wpid"
-	[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$i]="$PROC_HWM_KB"
+	[ -z "$PROC_HWM_KB" ] || WR_RSS_KB[$k]="$PROC_HWM_KB"
 	kill -TERM "$wpid"
 	rc=0
 	if wait_pid_gone "$wpid" 60; then
@@ -286,10 +313,10 @@ run_walrelay() { # i
 		rc="no-exit-60s-after-SIGTERM"
 		kill -KILL "$wpid" 2>/dev/null || true
 	fi
-	WR_RC[$i]="$rc"
+	WR_RC[$k]="$rc"
 	wpid=""
 	rm -f "$WPID_FILE"
-	log "run $i: walrelay ${WR_S[$i]} s, exit after SIGTERM: $rc"
+	log "run $i: walrelay ($slot) ${WR_S[$k]} s, exit after SIGTERM: $rc"
 }
 
 for ((i = 1; i <= RUNS; i++)); do
@@ -298,12 +325,16 @@ for ((i = 1; i <= RUNS; i++)); do
 		FIRST[$i]=recv
 		run_recv "$i"
 		[ -n "$walrelay_problem" ] || run_walrelay "$i" || true
+		[ -n "$walrelay_problem" ] || [ "$AVRO" = 0 ] || run_walrelay "$i" avro || true
 	else
 		FIRST[$i]=walrelay
+		[ "$AVRO" = 0 ] || FIRST[$i]=avro
+		[ -n "$walrelay_problem" ] || [ "$AVRO" = 0 ] || run_walrelay "$i" avro || true
 		[ -n "$walrelay_problem" ] || run_walrelay "$i" || true
 		run_recv "$i"
 	fi
 	KREC[$i]="$(kafka_records "$(topic_of "$i")")"
+	[ "$AVRO" = 0 ] || KREC[a$i]="$(kafka_records "$(topic_of "$i" avro)")"
 done
 
 # --- report -------------------------------------------------------------------------------
@@ -333,6 +364,17 @@ for ((i = 1; i <= RUNS; i++)); do
 	rss_mb+=("$(mb "${WR_RSS_KB[$i]:-}")")
 	[ -n "${WR_S[$i]:-}" ] && [ "${WR_RC[$i]:-}" = 0 ] && [ "${KREC[$i]:-}" = "$N" ] || ok=0
 done
+avro_ss=() avro_eps=() avro_ratios=() avro_rss=()
+if [ "$AVRO" = 1 ]; then
+	for ((i = 1; i <= RUNS; i++)); do
+		avro_ss+=("${WR_S[a$i]:-}")
+		avro_eps+=("$(rate "$N" "${WR_S[a$i]:-0}")")
+		avro_ratios+=("$(ratio "${WR_S[$i]:-0}" "${WR_S[a$i]:-0}")")
+		avro_rss+=("$(mb "${WR_RSS_KB[a$i]:-}")")
+		[ -n "${WR_S[a$i]:-}" ] && [ "${WR_RC[a$i]:-}" = 0 ] && [ "${KREC[a$i]:-}" = "$N" ] || ok=0
+	done
+	med_avro="$(fmt "$(median "${avro_ratios[@]}")" %.2f)"
+fi
 [ -z "$walrelay_problem" ] || ok=0
 med_ratio="$(fmt "$(median "${ratios[@]}")" %.2f)"
 rss_max="$(maxof "${rss_mb[@]}")"
@@ -356,6 +398,26 @@ rss_max="$(maxof "${rss_mb[@]}")"
 	echo "(ratio = walrelay events/s / pg_recvlogical events/s within the run; the median ratio is the median of the per-run ratios)"
 	echo "ratio walrelay/pg_recvlogical (events/s): $med_ratio (median of $RUNS runs: ${ratios[*]})"
 	echo "walrelay peak RSS (VmHWM): $(fmt "$rss_max" '%.1f MB') (max of $RUNS runs: ${rss_mb[*]})"
+	if [ "$AVRO" = 1 ]; then
+		echo
+		echo "walrelay with Avro values (Apicurio Registry ${WALRELAY_APICURIO_VERSION:-3.3.3}, --schema-dir: {seq: long, pad: string}) vs the JSON drain of the same run:"
+		printf '%-6s %-8s | %8s %9s %7s | %8s %9s | %9s %7s %9s\n' run first "json s" "json ev/s" "RSS MB" "avro s" "avro ev/s" avro/json "RSS MB" kafka
+		for ((i = 1; i <= RUNS; i++)); do
+			printf '%-6s %-8s | %8s %9s %7s | %8s %9s | %9s %7s %9s\n' "$i" "${FIRST[$i]}" "${WR_S[$i]:--}" "${wr_eps[i - 1]}" "${rss_mb[i - 1]}" \
+				"${WR_S[a$i]:--}" "${avro_eps[i - 1]}" "${avro_ratios[i - 1]}" "${avro_rss[i - 1]}" "${KREC[a$i]:-none}"
+		done
+		printf '%-6s %-8s | %8s %9s %7s | %8s %9s | %9s %7s\n' median "" \
+			"$(fmt "$(median "${wr_ss[@]}")" %.3f)" "$(fmt "$(median "${wr_eps[@]}")" %.0f)" "$(fmt "$(median "${rss_mb[@]}")" %.1f)" \
+			"$(fmt "$(median "${avro_ss[@]}")" %.3f)" "$(fmt "$(median "${avro_eps[@]}")" %.0f)" "$med_avro" "$(fmt "$(median "${avro_rss[@]}")" %.1f)"
+		echo "ratio Avro/JSON (events/s): $med_avro (median of $RUNS runs: ${avro_ratios[*]})"
+		echo "walrelay peak RSS (VmHWM) with Avro: $(fmt "$(maxof "${avro_rss[@]}")" '%.1f MB') (max of $RUNS runs: ${avro_rss[*]})"
+		for ((i = 1; i <= RUNS; i++)); do
+			verdict="OK"
+			[ "${KREC[a$i]:-}" = "$N" ] || verdict="MISMATCH (expected $N)"
+			echo "run $i: walrelay (Avro) exit status after SIGTERM: ${WR_RC[a$i]:-n/a}; Kafka $(topic_of "$i" avro): ${KREC[a$i]:-no topic} records: $verdict"
+		done
+		echo
+	fi
 	for ((i = 1; i <= RUNS; i++)); do
 		rc="${WR_RC[$i]:-n/a}"
 		verdict="OK"
@@ -368,12 +430,14 @@ rss_max="$(maxof "${rss_mb[@]}")"
 	echo " pg_recvlogical's includes its connection. Short runs understate walrelay: prefer BENCH_N >= 1000000 for ratios.)"
 	for ((i = 1; i <= RUNS; i++)); do
 		echo "RUN i=$i first=${FIRST[$i]} recv_s=${RECV_S[$i]:--} recv_eps=${recv_eps[i - 1]} walrelay_s=${WR_S[$i]:--} walrelay_eps=${wr_eps[i - 1]} walrelay_start_s=${wr_starts[i - 1]} ratio=${ratios[i - 1]} rss_mb=${rss_mb[i - 1]} kafka_records=${KREC[$i]:-0} exit=${WR_RC[$i]:-n/a} load1=${LOAD1[$i]}"
+		[ "$AVRO" = 0 ] || echo "AVRO i=$i avro_s=${WR_S[a$i]:--} avro_eps=${avro_eps[i - 1]} avro_json_ratio=${avro_ratios[i - 1]} avro_rss_mb=${avro_rss[i - 1]} kafka_records=${KREC[a$i]:-0} exit=${WR_RC[a$i]:-n/a}"
 	done
 	echo "RESULT n=$N payload=$PAYLOAD pad=$PAD_KIND txn_rows=$TXN_ROWS runs=$RUNS wal_mb=$(mbps "$WAL_BYTES" 1) load_s=$LOAD_S" \
 		"recv_s_median=$(fmt "$(median "${recv_ss[@]}")" %.3f) recv_eps_median=$(fmt "$(median "${recv_eps[@]}")" %.0f)" \
 		"walrelay_s_median=$(fmt "$(median "${wr_ss[@]}")" %.3f) walrelay_eps_median=$(fmt "$(median "${wr_eps[@]}")" %.0f)" \
 		"walrelay_start_s_median=$(fmt "$(median "${wr_starts[@]}")" %.2f)" \
-		"ratio_median=$med_ratio rss_mb_median=$(fmt "$(median "${rss_mb[@]}")" %.1f) rss_mb_max=$rss_max ok=$ok"
+		"ratio_median=$med_ratio rss_mb_median=$(fmt "$(median "${rss_mb[@]}")" %.1f) rss_mb_max=$rss_max" \
+		"${med_avro:+avro_s_median=$(fmt "$(median "${avro_ss[@]}")" %.3f) avro_eps_median=$(fmt "$(median "${avro_eps[@]}")" %.0f) avro_json_ratio_median=$med_avro avro_rss_mb_max=$(maxof "${avro_rss[@]}") }ok=$ok"
 } | tee "$RESULT"
 
 if [ -n "$RESULTS_DIR" ]; then
@@ -387,4 +451,6 @@ fi
 for ((i = 1; i <= RUNS; i++)); do
 	[ "${WR_RC[$i]:-}" = 0 ] || die "run $i: walrelay exit status after SIGTERM: ${WR_RC[$i]:-none}"
 	[ "${KREC[$i]:-}" = "$N" ] || die "run $i: Kafka holds ${KREC[$i]:-no} records for $(topic_of "$i"), expected $N"
+	[ "$AVRO" = 0 ] || [ "${WR_RC[a$i]:-}" = 0 ] || die "run $i: walrelay (Avro) exit status after SIGTERM: ${WR_RC[a$i]:-none}"
+	[ "$AVRO" = 0 ] || [ "${KREC[a$i]:-}" = "$N" ] || die "run $i: Kafka holds ${KREC[a$i]:-no} records for $(topic_of "$i" avro), expected $N"
 done

@@ -87,9 +87,10 @@ ensure_state_dir() {
 	[ -e "$1/.walrelay-test" ] || : >"$1/.walrelay-test"
 }
 
-# stop_services DIR: stop what pg.sh / kafka.sh / demo / bench started under state dir DIR:
-# walrelay processes with a pid file there, services in DIR/services (newest first, e.g. a
-# second cluster a test started), then DIR's own Kafka and Postgres. Never fails.
+# stop_services DIR: stop what pg.sh / kafka.sh / registry.sh / demo / bench started under state
+# dir DIR: walrelay processes with a pid file there, services in DIR/services (newest first, e.g.
+# a second cluster or registry a test started), then DIR's own schema registry, Kafka and
+# Postgres. Never fails.
 stop_services() {
 	local dir="$1" pf pid kind sdir
 	[ -d "$dir" ] || return 0
@@ -107,6 +108,7 @@ stop_services() {
 			[ "$sdir" = "$dir" ] && continue
 			case "$kind" in
 			pg | kafka) stop_if_running "$kind" "$sdir" ;;
+			schema-registry) stop_registry "$sdir" ;;
 			esac
 		done < <(tac "$dir/services")
 	fi
@@ -114,8 +116,16 @@ stop_services() {
 	if [ -f "$dir/debezium/connect.pid" ]; then
 		WALRELAY_TEST_DIR="$dir" "$WALRELAY_ENV_DIR/debezium.sh" stop 8>&- 9>&- || true
 	fi
+	# The schema registry (test/env/registry.sh), also one a test started with its own state dir.
+	stop_registry "$dir"
 	stop_if_running kafka "$dir"
 	stop_if_running pg "$dir"
+}
+
+# stop_registry DIR: stop DIR's schema registry when it runs; quiet when it does not.
+stop_registry() {
+	[ -f "$1/schema-registry/registry.pid" ] || return 0
+	WALRELAY_TEST_DIR="$1" "$WALRELAY_ENV_DIR/registry.sh" stop 8>&- 9>&- || true
 }
 
 # stop_if_running KIND DIR: stop DIR's KIND (pg, kafka) when it runs; quiet when it does not.

@@ -12,11 +12,11 @@
 #   promtool (alert rule checks and unit tests)                         <- apt: prometheus
 #   go                                                                  must be there already
 #
-# With WALRELAY_DEPS_SCHEMA_REGISTRY=1 (off by default, so `make test` does not wait for it):
-# also the Schema Registry kit, Apicurio Registry's runner (test/env/registry.sh fetch, which
-# needs a Java 21 or newer, found by itself) and the jars of the independent consumer
-# (test/registry/consumer.sh fetch). Both scripts fetch on first use anyway; this only warms
-# the cache ahead, e.g. before going offline.
+# Also the Schema Registry kit `make test` starts: Apicurio Registry's runner (test/env/registry.sh
+# fetch, which needs a Java 21 or newer, found by itself under /usr/lib/jvm) and the jars of the
+# independent consumer (test/registry/consumer.sh fetch). The first fetch takes about 30 s on a
+# machine with an empty Maven repository (some 250 MB from Maven Central, 233 MB in the cache);
+# later ones are no-ops.
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -84,8 +84,8 @@ fi
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
 # Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).
 "$WALRELAY_ENV_DIR/debezium.sh" fetch
-# The Schema Registry kit, only when asked for (no-op when cached).
-if [ "${WALRELAY_DEPS_SCHEMA_REGISTRY:-0}" = 1 ]; then
-	"$WALRELAY_ENV_DIR/registry.sh" fetch
-	"$WALRELAY_ROOT/test/registry/consumer.sh" fetch
+# The Schema Registry kit (no-op when cached). Without it the registry tests fail, loudly, but
+# the rest of the suite still runs.
+if ! "$WALRELAY_ENV_DIR/registry.sh" fetch || ! "$WALRELAY_ROOT/test/registry/consumer.sh" fetch; then
+	log "WARNING: the Schema Registry test kit is not available (above): the schema registry tests will fail"
 fi

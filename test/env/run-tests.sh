@@ -6,6 +6,8 @@
 #   WALRELAY_TEST_PG_DSN, WALRELAY_TEST_PG_PORT, WALRELAY_TEST_PGDATA, WALRELAY_TEST_PGBIN,
 #   WALRELAY_TEST_PG_LOG, WALRELAY_TEST_KAFKA, WALRELAY_TEST_KAFKA_LOG, WALRELAY_TEST_DIR,
 #   WALRELAY_TEST_KAFKA_SASL_SSL, WALRELAY_TEST_KAFKA_SSL, WALRELAY_TEST_KAFKA_SECURE_DIR,
+#   WALRELAY_TEST_SCHEMA_REGISTRY (test/env/registry.sh env), WALRELAY_TEST_SCHEMA_REGISTRY_REQUIRED,
+#   WALRELAY_TEST_REGISTRY_CONSUMER,
 #   WALRELAY_TEST_ENV_DIR (this directory: pg.sh restart-immediate, kafka.sh kill|restart, ...),
 #   WALRELAY_TEST_REGISTRY (services started through pg.sh/kafka.sh are stopped at the end,
 #   also a second cluster a test starts with its own WALRELAY_TEST_DIR and port).
@@ -117,6 +119,16 @@ gotest() {
 	case " $* " in *" -v "*) mode+=(-v) ;; esac
 	go test -json "$@" | "$GOTESTCOUNT" "${mode[@]}" -counts "$COUNTS" -skipped "$SKIPPED" -progress 60s
 }
+
+# The schema registry (Apicurio, test/env/registry.sh) for the Schema Registry tests, which
+# fail rather than skip without it (WALRELAY_TEST_SCHEMA_REGISTRY_REQUIRED) and read back with
+# test/registry/consumer.sh (WALRELAY_TEST_REGISTRY_CONSUMER); stop_services stops it with the
+# rest.
+export WALRELAY_TEST_SCHEMA_REGISTRY_REQUIRED=1 WALRELAY_TEST_REGISTRY_CONSUMER=1
+step schema-registry "$WALRELAY_ENV_DIR/registry.sh" start
+if "$WALRELAY_ENV_DIR/registry.sh" status >/dev/null 8>&-; then
+	eval "$("$WALRELAY_ENV_DIR/registry.sh" env 8>&-)"
+fi
 
 read -r -a extra <<<"${GO_TEST_FLAGS:-}"
 step vet go vet ./...

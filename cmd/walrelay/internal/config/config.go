@@ -108,6 +108,9 @@ type Config struct {
 	CheckpointReplicationFactor int
 	TxnCommitInterval           time.Duration
 	TxnMaxRecords               int
+
+	// Registry encodes records in the Confluent wire format (schema.go).
+	Registry SchemaRegistry
 }
 
 // DefaultMetricsAddr is where /metrics, /healthz and /readyz listen unless
@@ -159,6 +162,7 @@ func Defaults() Config {
 		CheckpointTopic:             sink.DefaultCheckpointTopic,
 		CheckpointReplicationFactor: -1,
 		TxnCommitInterval:           100 * time.Millisecond,
+		Registry:                    schemaDefaults(),
 	}
 }
 
@@ -243,6 +247,7 @@ func (c *Config) settings() []setting {
 		setting{name: "cloudevents-source", usage: "ce_source; {table} is replaced by schema.table (or message)", value: stringVal{&c.CloudEventsSource}},
 		setting{name: "content-type", usage: "content-type header in CloudEvents mode", value: stringVal{&c.ContentType}},
 	)...)
+	ss = append(ss, c.Registry.schemaSettings()...)
 	ss = append(ss, g(GroupBatching,
 		setting{name: "compression", usage: "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", value: stringVal{&c.Compression}},
 		setting{name: "batching", usage: "adaptive: produce rounds at least --linger apart, one in flight, a record going out at once when neither is under way; fixed: Kafka's linger, every batch waits --linger (exactly-once always batches fixed)", value: stringVal{&c.Batching}},
@@ -300,7 +305,7 @@ func (c Config) Validate() error {
 			return invalid(r.key, "%s", r.why)
 		}
 	}
-	return firstError(c.Logging.validate, c.validateTables, c.validateFilters, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
+	return firstError(c.Logging.validate, c.validateTables, c.validateFilters, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink, c.validateSchemaRules)
 }
 
 // validateTables checks the column preset and map, the outbox tables and
@@ -393,10 +398,14 @@ var sinkKeys = map[string]string{
 	"topic-partitions": "topic-partitions", "topic-lookup": "kafka-timeout",
 }
 
-// SinkError returns err, a *sink.SettingError from the sink's Validate or
-// New (a TLS or secret file that cannot be read), as an *Error naming the
-// settings; other errors unchanged.
+// SinkError returns err, a *sink.SettingError or *schema.SettingError from
+// the sink's Validate or New (a TLS or secret file that cannot be read, a
+// schema file that does not parse), as an *Error naming the settings; other
+// errors unchanged.
 func SinkError(err error) error {
+	if err, ok := schemaError(err); ok {
+		return err
+	}
 	var se *sink.SettingError
 	if !errors.As(err, &se) {
 		return err
@@ -529,6 +538,7 @@ func (c Config) Sink() sink.Config {
 		ClientID:               c.KafkaClientID,
 		TLS:                    c.KafkaTLS,
 		SASL:                   c.KafkaSASL,
+		Schema:                 c.Registry.Schema,
 	}
 }
 

@@ -50,7 +50,7 @@ const (
 )
 
 var groupOrder = []string{GroupGeneral, GroupPostgres, GroupTables, GroupKafka, GroupSecurity, GroupDelivery,
-	GroupRecords, GroupBatching, GroupService, GroupPrune, GroupCutover}
+	GroupRecords, GroupSchema, GroupBatching, GroupService, GroupPrune, GroupCutover}
 
 // configSetting is --config, which every command takes.
 func configSetting(path *string) setting {

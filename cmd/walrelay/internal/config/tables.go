@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -65,14 +63,8 @@ func (v tablesVal) setYAML(y any) error {
 }
 
 func tableSpecsFromYAML(v any) ([]TableSpec, error) {
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
 	var specs []TableSpec
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&specs); err != nil {
+	if err := strictYAML(v, &specs); err != nil {
 		return nil, fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic, filter, envelope, expand_json_payload}: %w", err)
 	}
 	if len(specs) == 0 {
