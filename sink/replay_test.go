@@ -96,7 +96,7 @@ func TestTemplateMatches(t *testing.T) {
 // like Prepare refuses it.
 func TestPrepareStored(t *testing.T) {
 	c := newCluster(t)
-	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), })
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()})
 	ctx := testCtx(t)
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	stored := &kgo.Record{Topic: "stored.order", Partition: 3, Key: []byte("o-1"), Value: []byte(`{"a":1}`), Timestamp: ts,
