@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -36,9 +37,10 @@ func (c Config) Validate() error {
 
 type txn struct {
 	end     pglogrepl.LSN
-	pending int  // records added and not yet acknowledged
-	closed  bool // commit read (or transaction abandoned)
-	aborted bool // abandoned: never moves the watermark
+	at      time.Time // commit time, zero when not given
+	pending int       // records added and not yet acknowledged
+	closed  bool      // commit read (or transaction abandoned)
+	aborted bool      // abandoned: never moves the watermark
 }
 
 // Tracker tracks transactions and their unacknowledged records. Begin, Add,
@@ -52,6 +54,8 @@ type Tracker struct {
 	open      *txn
 	inFlight  int
 	watermark pglogrepl.LSN
+	last      pglogrepl.LSN // end of the last transaction released
+	lastAt    time.Time     // its commit time
 }
 
 // New returns a Tracker whose watermark starts at start (the slot's
@@ -145,17 +149,33 @@ func (t *Tracker) Add(ctx context.Context) (Ack, error) {
 // watermark reaches end once this and every earlier transaction are fully
 // acknowledged.
 func (t *Tracker) Commit(end pglogrepl.LSN) error {
-	return t.close(end, false)
+	return t.close(end, time.Time{}, false)
+}
+
+// CommitAt is Commit with the transaction's commit time, which Delivered
+// reports once the transaction is released.
+func (t *Tracker) CommitAt(end pglogrepl.LSN, at time.Time) error {
+	return t.close(end, at, false)
+}
+
+// Delivered returns the end LSN and commit time of the last transaction
+// fully acknowledged (released) in stream order, zero when none was; what
+// an operator needs to recover from the outbox table after a lost slot.
+// Safe to call concurrently.
+func (t *Tracker) Delivered() (pglogrepl.LSN, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last, t.lastAt
 }
 
 // Abort abandons the open transaction, if any (the stream broke before its
 // commit). Its records may still be acknowledged, but it never moves the
 // watermark; the transaction is read again after reconnecting.
 func (t *Tracker) Abort() {
-	_ = t.close(0, true)
+	_ = t.close(0, time.Time{}, true)
 }
 
-func (t *Tracker) close(end pglogrepl.LSN, aborted bool) error {
+func (t *Tracker) close(end pglogrepl.LSN, at time.Time, aborted bool) error {
 	t.mu.Lock()
 	x := t.open
 	if x == nil {
@@ -165,7 +185,7 @@ func (t *Tracker) close(end pglogrepl.LSN, aborted bool) error {
 		}
 		return ErrNoOpenTxn
 	}
-	x.end, x.closed, x.aborted = end, true, aborted
+	x.end, x.at, x.closed, x.aborted = end, at, true, aborted
 	t.open = nil
 	released := t.releaseLocked()
 	t.mu.Unlock()
@@ -188,6 +208,9 @@ func (t *Tracker) releaseLocked() int {
 		n++
 		if !x.aborted && x.end > t.watermark {
 			t.watermark = x.end
+		}
+		if !x.aborted && x.end > t.last {
+			t.last, t.lastAt = x.end, x.at
 		}
 	}
 	return n

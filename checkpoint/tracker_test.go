@@ -310,3 +310,47 @@ func BenchmarkTrackRecord(b *testing.B) {
 		}
 	}
 }
+
+// Delivered reports the last transaction released in stream order with its
+// commit time: not one whose records are still unacknowledged, nor an
+// abandoned one.
+func TestDelivered(t *testing.T) {
+	ctx := context.Background()
+	tr, err := New(Config{MaxInFlight: 10}, 0x100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, at := tr.Delivered(); l != 0 || !at.IsZero() {
+		t.Fatalf("Delivered before any transaction = %s %v, want nothing", l, at)
+	}
+	t1 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	var acks []Ack
+	for i, end := range []pglogrepl.LSN{0x200, 0x300} {
+		if err := tr.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a, err := tr.Add(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+		if err := tr.CommitAt(end, t1.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acks[1].Done()
+	if l, _ := tr.Delivered(); l != 0 {
+		t.Fatalf("Delivered = %s with the first transaction unacknowledged, want nothing", l)
+	}
+	acks[0].Done()
+	if l, at := tr.Delivered(); l != 0x300 || !at.Equal(t1.Add(time.Second)) {
+		t.Fatalf("Delivered = %s %v, want 0/300 at %v", l, at, t1.Add(time.Second))
+	}
+	if err := tr.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.Abort()
+	if l, _ := tr.Delivered(); l != 0x300 {
+		t.Fatalf("Delivered after an abandoned transaction = %s, want 0/300", l)
+	}
+}

@@ -44,6 +44,8 @@ func valuePoison(name string, v colVal, nullErr error) error {
 // allocates the event's memory once.
 type eventBuilder struct {
 	d      *Decoder
+	out    *Output
+	filter *Filter // the table's, nil when none
 	ev     *Event
 	sb     []byte // ID, AggregateType, EventType, then the header keys
 	strEnd [3]int // ends of ID, AggregateType and EventType in sb
@@ -58,7 +60,7 @@ func (d *Decoder) newEvent(walStart pglogrepl.LSN, out *Output) *eventBuilder {
 	d.hspans = d.hspans[:0]
 	d.hvals = d.hvals[:0]
 	b := &d.builder
-	*b = eventBuilder{d: d, ev: ev, sb: d.sbuf[:0]}
+	*b = eventBuilder{d: d, out: out, ev: ev, sb: d.sbuf[:0]}
 	return b
 }
 
@@ -76,6 +78,11 @@ func (b *eventBuilder) finish(key []byte, keyLen int, keyBytea bool, pay []byte,
 	d.sbuf = b.sb
 	d.finish(b.ev, b.sb, b.strEnd, key, keyLen, keyBytea, pay, payLen, payBytea)
 	b.ev.Poison = b.poison
+	if b.filter != nil && b.poison == nil {
+		if why := b.filter.drops(b.ev); why != "" {
+			b.out.Kind, b.out.Reason, b.out.Table = KindFiltered, why, b.ev.Table
+		}
+	}
 	d.trimScratch()
 	*b = eventBuilder{}
 }
@@ -83,6 +90,7 @@ func (b *eventBuilder) finish(key []byte, keyLen int, keyBytea bool, pay []byte,
 func (d *Decoder) tableEvent(rel *relation, msg []byte, walStart pglogrepl.LSN, out *Output) {
 	m := rel.m
 	b := d.newEvent(walStart, out)
+	b.filter = m.filter
 	ev, setPoison := b.ev, b.setPoison
 	ev.Table, ev.TableName = rel.table, rel.name
 
@@ -341,6 +349,7 @@ const (
 // messageEvent decodes the JSON content of a tableless outbox message.
 func (d *Decoder) messageEvent(content []byte, walStart pglogrepl.LSN, out *Output) {
 	b := d.newEvent(walStart, out)
+	b.filter = d.messageFilter
 	ev, setPoison := b.ev, b.setPoison
 
 	var (

@@ -109,6 +109,9 @@ type Table struct {
 	// recognises the table under another name instead of taking its inserts
 	// for another table's (see ErrTableRenamed).
 	OID uint32
+	// Filter publishes only some of the table's events; the zero value
+	// publishes all.
+	Filter Filter
 }
 
 // Config configures a Decoder.
@@ -122,6 +125,8 @@ type Config struct {
 	// MessagePrefix is the logical message prefix of tableless outbox events
 	// (pg_logical_emit_message(true, prefix, json)); "" disables them.
 	MessagePrefix string
+	// MessageFilter publishes only some tableless events (see Filter).
+	MessageFilter Filter
 	// OIDsReadAt is a WAL position read (pg_current_wal_lsn()) before the
 	// Tables' OIDs were looked up by name. A table known by its OID that
 	// arrives under another name is ErrTableRenamed for an INSERT at or after
@@ -141,7 +146,7 @@ func (c Config) Validate() error {
 }
 
 // ConfigError is a Config that New refuses. Field says what is wrong:
-// tables, columns, header_columns or message_prefix.
+// tables, columns, header_columns, message_prefix or filter.
 type ConfigError struct {
 	Field string
 	Err   error
@@ -157,7 +162,11 @@ func (c Config) normalized() (Config, error) {
 		Tables:          make([]Table, len(c.Tables)),
 		HeartbeatPrefix: c.HeartbeatPrefix,
 		MessagePrefix:   c.MessagePrefix,
+		MessageFilter:   c.MessageFilter,
 		OIDsReadAt:      c.OIDsReadAt,
+	}
+	if err := n.MessageFilter.validate(); err != nil {
+		return Config{}, &ConfigError{Field: "filter", Err: fmt.Errorf("tableless events: %w", err)}
 	}
 	if n.HeartbeatPrefix == "" {
 		n.HeartbeatPrefix = DefaultHeartbeatPrefix
@@ -194,6 +203,9 @@ func (c Config) normalized() (Config, error) {
 			if slices.Contains(t.Columns.HeaderColumns[:j], h) {
 				return Config{}, &ConfigError{Field: "header_columns", Err: fmt.Errorf("table %s.%s: header column %q listed twice", t.Schema, t.Name, h)}
 			}
+		}
+		if err := t.Filter.validate(); err != nil {
+			return Config{}, &ConfigError{Field: "filter", Err: fmt.Errorf("table %s.%s: %w", t.Schema, t.Name, err)}
 		}
 		k := [2]string{t.Schema, t.Name}
 		if seen[k] {

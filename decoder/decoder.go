@@ -37,6 +37,7 @@ const (
 type Decoder struct {
 	heartbeatPrefix string
 	messagePrefix   string
+	messageFilter   *Filter // nil: every tableless event is published
 	tables          []Table
 	oids            map[uint32]int // Table.OID -> index in tables
 	oidsReadAt      pglogrepl.LSN
@@ -86,10 +87,11 @@ type column struct {
 
 // mapping locates the configured columns of an outbox table in its tuples.
 type mapping struct {
-	idx [numRoles]int // column index, -1 when not mapped
-	typ [numRoles]uint32
-	col [numRoles]string // configured column names
-	hdr []hdrCol         // the header columns the relation has, in configured order
+	filter *Filter       // nil: every event is published
+	idx    [numRoles]int // column index, -1 when not mapped
+	typ    [numRoles]uint32
+	col    [numRoles]string // configured column names
+	hdr    []hdrCol         // the header columns the relation has, in configured order
 }
 
 // hdrCol is a header column present in the relation.
@@ -127,6 +129,7 @@ func New(cfg Config) (*Decoder, error) {
 	d := &Decoder{
 		heartbeatPrefix: n.HeartbeatPrefix,
 		messagePrefix:   n.MessagePrefix,
+		messageFilter:   filterOf(&n.MessageFilter),
 		tables:          n.Tables,
 		oids:            make(map[uint32]int),
 		oidsReadAt:      n.OIDsReadAt,
@@ -301,6 +304,9 @@ func (d *Decoder) relation(r *reader) {
 	switch {
 	case ti >= 0 && (!byOID || oi == ti):
 		m, err := newMapping(rel, d.tables[ti].Columns)
+		if m != nil {
+			m.filter = filterOf(&d.tables[ti].Filter)
+		}
 		if err != nil {
 			r.fail(err)
 			return
@@ -325,6 +331,9 @@ func (d *Decoder) aliasOf(rel *relation, i int) (*relation, error) {
 	t := &d.tables[i]
 	a := &relation{id: rel.id, schema: t.Schema, name: t.Name, table: t.Schema + "." + t.Name, cols: rel.cols, ti: i}
 	m, err := newMapping(a, t.Columns)
+	if m != nil {
+		m.filter = filterOf(&t.Filter)
+	}
 	a.m = m
 	return a, err
 }

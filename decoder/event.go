@@ -28,6 +28,10 @@ const (
 	// a configured outbox table, a non-transactional or foreign logical
 	// message). Output.Reason and Output.Table say which.
 	KindIgnored
+	// KindFiltered: an outbox event its table's Filter does not publish.
+	// Output.Event holds it; Output.Reason (ReasonFilteredEventType or
+	// ReasonFilteredAggregateType) and Output.Table say why and where.
+	KindFiltered
 )
 
 // String returns the kind's lowercase name.
@@ -45,6 +49,8 @@ func (k Kind) String() string {
 		return "heartbeat"
 	case KindIgnored:
 		return "ignored"
+	case KindFiltered:
+		return "filtered"
 	}
 	return "unknown"
 }

@@ -19,6 +19,8 @@ import (
 // (at 0) from the first scrape: rate() and increase() then see the first
 // event, and alerts on "the first dead letter" fire.
 var (
+	// filteredReasons are the decoder's KindFiltered reasons.
+	filteredReasons = []string{decoder.ReasonFilteredEventType, decoder.ReasonFilteredAggregateType}
 	// ignoredReasons are the decoder's KindIgnored reasons.
 	ignoredReasons = []string{decoder.ReasonUpdate, decoder.ReasonDelete, decoder.ReasonTruncate,
 		decoder.ReasonNonTransactional, decoder.ReasonForeignMessage, decoder.ReasonUnmappedTable}
@@ -46,6 +48,7 @@ type metrics struct {
 	events           prometheus.Counter
 	transactions     prometheus.Counter
 	ignored          *prometheus.CounterVec
+	filtered         *prometheus.CounterVec
 	produceFailures  prometheus.Counter
 	deadLetters      *prometheus.CounterVec
 	reconnects       *prometheus.CounterVec
@@ -85,6 +88,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_transactions_total", Help: "Transactions read from the replication stream."}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walrelay_changes_ignored_total", Help: "Changes that are not events (update, delete, truncate, foreign messages), by reason."}, []string{"reason"}),
+		filtered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walrelay_events_filtered_total", Help: "Outbox events a table's filter does not publish, by what did not match (event_type, aggregate_type)."}, []string{"reason"}),
 		produceFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_produce_failures_total", Help: "Records Kafka refused for good (walrelay stops on them)."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -134,6 +139,9 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
 	}
+	for _, r := range filteredReasons {
+		m.filtered.WithLabelValues(r)
+	}
 	for _, r := range ignoredReasons {
 		m.ignored.WithLabelValues(r)
 	}
@@ -156,7 +164,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.filtered, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
@@ -196,35 +204,42 @@ var Version = "dev"
 var Revision = ""
 
 // BuildVersion returns the version set at build time (Version, see the
-// Makefile's build target) or, for a plain `go build`, the VCS revision Go
-// embedded; and the revision (Revision, else Go's, else "unknown").
+// Makefile's build target), else the module version Go recorded (a binary
+// made by `go install <module>@<version>`), else the VCS revision Go
+// embedded (a plain `go build` in a checkout); and the revision (Revision,
+// else Go's, else "unknown").
 func BuildVersion() (version, revision string) {
-	version, revision = Version, Revision
-	if revision == "" {
-		revision = "unknown"
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && Revision == "" {
-		dirty := false
+	bi, _ := debug.ReadBuildInfo()
+	return buildVersion(Version, Revision, bi)
+}
+
+func buildVersion(version, revision string, bi *debug.BuildInfo) (string, string) {
+	dirty := false
+	if bi != nil {
 		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
+			switch {
+			case s.Key == "vcs.revision" && revision == "":
 				revision = s.Value
-			case "vcs.modified":
+			case s.Key == "vcs.modified":
 				dirty = s.Value == "true"
 			}
 		}
-		if (version == "" || version == "dev") && revision != "unknown" {
-			version = revision
-			if len(version) > 12 {
-				version = version[:12]
-			}
+	}
+	if version == "" || version == "dev" {
+		switch {
+		case bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)":
+			version = bi.Main.Version
+		case revision != "":
+			version = revision[:min(len(revision), 12)]
 			if dirty {
 				version += "-dirty"
 			}
+		default:
+			version = "dev"
 		}
 	}
-	if version == "" {
-		version = "dev"
+	if revision == "" {
+		revision = "unknown"
 	}
 	return version, revision
 }

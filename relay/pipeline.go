@@ -198,7 +198,7 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 		return p.produce(ctx, &out.Event)
 	case decoder.KindCommit:
 		p.m.transactions.Inc()
-		if err := p.tr.Commit(out.EndLSN); err != nil {
+		if err := p.tr.CommitAt(out.EndLSN, out.CommitTime); err != nil {
 			return err
 		}
 		p.skipping = false
@@ -210,6 +210,10 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 		}
 	case decoder.KindIgnored:
 		p.m.ignored.WithLabelValues(out.Reason).Inc()
+	case decoder.KindFiltered:
+		// Read past, never tracked: the transaction is confirmed like any
+		// other once its published events are in Kafka.
+		p.m.filtered.WithLabelValues(out.Reason).Inc()
 	}
 	return nil
 }

@@ -89,14 +89,18 @@ type pipelineRig struct {
 	xid  uint32
 }
 
-func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakeProducer) *pipelineRig {
+func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakeProducer, filter ...decoder.Filter) *pipelineRig {
 	t.Helper()
 	const start = pglogrepl.LSN(0x1000000)
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: maxInFlight}, start)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := decoder.New(decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "outbox"}}, HeartbeatPrefix: HeartbeatPrefix})
+	table := decoder.Table{Schema: "public", Name: "outbox"}
+	if len(filter) > 0 {
+		table.Filter = filter[0]
+	}
+	dec, err := decoder.New(decoder.Config{Tables: []decoder.Table{table}, HeartbeatPrefix: HeartbeatPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +222,24 @@ func TestPipelineAcksInAnyOrder(t *testing.T) {
 				t.Fatalf("walrelay_events_acked_total %v, want 4", n)
 			}
 		})
+	}
+}
+
+// TestPipelineFiltered: events a table's filter does not publish are never
+// produced nor tracked, are counted by reason, and their transaction is
+// confirmed like any other.
+func TestPipelineFiltered(t *testing.T) {
+	r := newPipelineRig(t, 100, OnPoisonDLQ, &fakeProducer{}, decoder.Filter{IncludeAggregateTypes: []string{"invoice"}})
+	end, ok := r.txn("a", "b")
+	if !ok {
+		t.Fatal("pipeline blocked")
+	}
+	waitFor(t, 5*time.Second, "the watermark at the filtered transaction's end", func() bool { return r.tr.Watermark() == end })
+	if n := len(r.prod.records()); n != 0 {
+		t.Fatalf("%d records produced, want none", n)
+	}
+	if n := r.metric("walrelay_events_filtered_total{reason=aggregate_type}"); n != 2 {
+		t.Fatalf("walrelay_events_filtered_total{reason=aggregate_type} = %v, want 2", n)
 	}
 }
 

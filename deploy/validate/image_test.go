@@ -1,7 +1,12 @@
 package validate
 
 import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,4 +83,50 @@ func TestImageDefinitionsAgree(t *testing.T) {
 			t.Errorf("test/env/image.sh and deploy/Dockerfile must both contain %q", want)
 		}
 	}
+}
+
+// TestImageBuildLeavesBinWalrelay runs test/env/image.sh (make image) with a stand-in
+// buildah that keeps the binary of the build context: the image gets a binary stamped with
+// the VERSION given, and bin/walrelay (make build's output, the developer's) is left alone.
+func TestImageBuildLeavesBinWalrelay(t *testing.T) {
+	stub, out := t.TempDir(), t.TempDir()
+	buildah := `#!/bin/sh
+# Stand-in for buildah: bud keeps the context's binary, inspect prints an image id.
+case "$1" in
+bud) for last; do :; done; cp "$last/rootfs/walrelay" "$STUB_OUT/walrelay" ;;
+inspect) echo stub-image-id ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(stub, "buildah"), []byte(buildah), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(repoRoot, "bin", "walrelay")
+	before := fileDigest(t, bin)
+	cmd := exec.Command("bash", filepath.Join(repoRoot, "test", "env", "image.sh"))
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "PATH="+stub+":"+os.Getenv("PATH"), "STUB_OUT="+out, "TMPDIR="+t.TempDir(),
+		"VERSION=0.0.0-validate", "IMAGE=walrelay/walrelay-validate")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("image.sh: %v\n%s", err, b)
+	}
+	if after := fileDigest(t, bin); after != before {
+		t.Errorf("make image changed bin/walrelay (%s before, %s after): the image build must use its own output path", before, after)
+	}
+	v, err := exec.Command(filepath.Join(out, "walrelay"), "version").Output()
+	if err != nil || !strings.HasPrefix(string(v), "walrelay 0.0.0-validate ") {
+		t.Errorf("the image's binary prints %q (%v), want walrelay 0.0.0-validate", v, err)
+	}
+}
+
+// fileDigest is the SHA-256 of a file, or "absent".
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "absent"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,26 +54,35 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// closedDSN points walrelay at a closed port on 127.0.0.1, so nothing leaves the machine.
+const closedDSN = "postgres://validate@127.0.0.1:1/validate?connect_timeout=2"
+
 // walrelayAccepts starts `walrelay run --config path` and returns nil when walrelay accepts
 // the file: it got past loading and validating its configuration and failed only on
-// connecting. The connection settings are overridden by flags (which beat the file) with
-// closed ports on 127.0.0.1, so nothing leaves the machine.
+// connecting. The DSN is given as a flag (flags beat the file).
 func walrelayAccepts(path string) error {
+	return walrelayStarts([]string{"run", "--config", path, "--postgres-dsn", closedDSN}, nil)
+}
+
+// walrelayStarts runs walrelay with args (the first is the command, run) and only env and
+// PATH in its environment, with the brokers replaced by a closed port on 127.0.0.1 and no
+// metrics listener (flags beat the file and the environment). It returns nil when walrelay
+// got past its configuration and failed only on connecting.
+func walrelayStarts(args, env []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, walrelayBin, "run", "--config", path,
-		"--postgres-dsn", "postgres://validate@127.0.0.1:1/validate?connect_timeout=2",
-		"--kafka-brokers", "127.0.0.1:1", "--kafka-timeout", "1s", "--metrics-addr", "")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	args = append(slices.Clone(args), "--kafka-brokers", "127.0.0.1:1", "--kafka-timeout", "1s", "--metrics-addr", "")
+	cmd := exec.CommandContext(ctx, walrelayBin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
-		return fmt.Errorf("walrelay run --config %s: want exit code 1 (could not connect), got %v\n%s", path, err, stderr.String())
+		return fmt.Errorf("walrelay %q: want exit code 1 (could not connect), got %v\n%s", args, err, stderr.String())
 	}
 	if code := ee.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "walrelay starting") {
-		return fmt.Errorf("walrelay refused %s (exit code %d; 2 is a config error):\n%s", path, code, stderr.String())
+		return fmt.Errorf("walrelay refused %q (exit code %d; 2 is a config error):\n%s", args, code, stderr.String())
 	}
 	return nil
 }
@@ -117,6 +127,15 @@ func readConfigKeys(t *testing.T, data []byte) map[string]any {
 // in a secret).
 func checkConfigFile(t *testing.T, path string) map[string]any {
 	t.Helper()
+	keys := checkConfigKeys(t, path)
+	checkWalrelayConfig(t, path)
+	return keys
+}
+
+// checkConfigKeys checks that every key of a walrelay config file is a flag of
+// `walrelay run` and that it carries no secret (a secret belongs in a Secret or a file).
+func checkConfigKeys(t *testing.T, path string) map[string]any {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -128,10 +147,11 @@ func checkConfigFile(t *testing.T, path string) map[string]any {
 			t.Errorf("%s: key %q is not a flag of walrelay run", path, k)
 		}
 	}
-	if _, ok := keys["postgres_dsn"]; ok {
-		t.Errorf("%s: postgres_dsn belongs in a secret (WALRELAY_POSTGRES_DSN), not in the config file", path)
+	for _, k := range []string{"postgres_dsn", "sasl_password"} {
+		if _, ok := keys[k]; ok {
+			t.Errorf("%s: %s belongs in a secret (a file named by %s_file), not in the config file", path, k, k)
+		}
 	}
-	checkWalrelayConfig(t, path)
 	return keys
 }
 
