@@ -39,10 +39,11 @@ type rowRelation struct {
 // a session with the same DateStyle and bytea_output as walrelay's
 // replication connection (the same DSN gives that).
 //
-// The event is the one an INSERT of the row in a transaction committed at
-// commitTime gives: same fields, headers, timestamp column and poison. What
-// only the WAL knows stays zero: Event.LSN and Event.XID. out is reset
-// first; its Kind is KindEvent on success.
+// The output is the one an INSERT of the row in a transaction committed at
+// commitTime gives: KindEvent, or KindFiltered when the table's Filter does
+// not publish it, with the same fields, headers, timestamp column and
+// poison. What only the WAL knows stays zero: Event.LSN and Event.XID. out
+// is reset first.
 //
 // A mapped column missing from cols is a *MissingColumnError, a table the
 // configuration does not name wraps ErrNotOutboxTable, and len(vals) !=
@@ -104,16 +105,16 @@ func (d *Decoder) rowRelation(table string, cols []RowColumn) (*relation, error)
 	if ti < 0 {
 		return nil, fmt.Errorf("decode row: table %s: %w", table, ErrNotOutboxTable)
 	}
-	t := &d.tables[ti]
-	rel := &relation{schema: t.Schema, name: t.Name, table: table, ti: ti, cols: make([]column, len(cols))}
+	rc := make([]column, len(cols))
 	for i, c := range cols {
-		rel.cols[i] = column{name: c.Name, typ: c.Type}
+		rc[i] = column{name: c.Name, typ: c.Type}
 	}
-	m, err := newMapping(rel, t.Columns)
+	// The table under its configured name, mapped and filtered as a
+	// Relation message of it is.
+	rel, err := d.aliasOf(&relation{cols: rc}, ti)
 	if err != nil {
 		return nil, err
 	}
-	rel.m = m
 	d.rowRel = &rowRelation{table: table, cols: slices.Clone(cols), rel: rel}
 	return rel, nil
 }

@@ -198,3 +198,37 @@ func TestDecodeRowOwnership(t *testing.T) {
 		t.Error(diff)
 	}
 }
+
+// TestDecodeRowFiltered: a row its table's filter does not publish is
+// KindFiltered, with the stream's reason.
+func TestDecodeRowFiltered(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tables[0].Filter = Filter{ExcludeEventTypes: []string{"Skip*"}, IncludeAggregateTypes: []string{"order"}}
+	stream, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, rout Output
+	for _, m := range [][]byte{encRelation(relOutbox, "public", "outbox", outboxCols...), encBegin(walBase, commitTime, 700)} {
+		mustDecode(t, stream, 0, m, &out)
+	}
+	rows, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][]tv{goodRow(),
+		outboxRow(txt("1"), txt("order"), txt("a"), txt("SkipMe"), txt("{}"), txt("{}"), null()),
+		outboxRow(txt("2"), txt("invoice"), txt("a"), txt("Created"), txt("{}"), txt("{}"), null())} {
+		msg := encInsert(relOutbox, r...)
+		mustDecode(t, stream, walBase+0x10, msg, &out)
+		table, cols, vals := rowOf(t, stream, msg)
+		if err := rows.DecodeRow(table, cols, vals, commitTime, &rout); err != nil {
+			t.Fatal(err)
+		}
+		if rout.Kind != out.Kind || rout.Reason != out.Reason || rout.Table != out.Table {
+			t.Errorf("row %s: kind %s reason %q table %q, the stream gave %s %q %q", out.Event.ID, rout.Kind, rout.Reason, rout.Table,
+				out.Kind, out.Reason, out.Table)
+		}
+		sameAsStream(t, rout.Event, out.Event)
+	}
+}

@@ -70,10 +70,11 @@ type ReplayOptions struct {
 // ReplayProgress is a replay's state while it runs.
 type ReplayProgress struct {
 	Table        string // the table being read
-	Total        int64  // selected rows, over all tables (resumed ones included)
+	Total        int64  // selected rows, over all tables (resumed and filtered ones included)
 	Sent         int64  // rows handed to Kafka
-	Acked        int64  // rows Kafka acknowledged (Total when done)
+	Acked        int64  // rows Kafka acknowledged
 	DeadLettered int64
+	Filtered     int64 // rows the tables' filters do not publish (not sent)
 	Elapsed      time.Duration
 }
 
@@ -102,8 +103,11 @@ type ReplayResult struct {
 	CommitTimes  bool
 	Acked        int64 // rows acknowledged by Kafka in this run, dead letters included
 	DeadLettered int64
-	Resumed      int64 // rows acknowledged by the runs this one resumed
-	Elapsed      time.Duration
+	// Filtered counts the rows the tables' filters do not publish: walrelay
+	// run reads past their inserts, and a replay sends them neither.
+	Filtered int64
+	Resumed  int64 // rows acknowledged by the runs this one resumed
+	Elapsed  time.Duration
 	// Complete: every selected row was acknowledged.
 	Complete bool
 	// ResumeToken, when the replay stopped before the end (interrupted,
@@ -168,9 +172,9 @@ type replayer struct {
 	sel  ReplaySelection
 	res  ReplayResult
 
-	total, sent, acked, deadLettered atomic.Int64
-	table                            atomic.Pointer[string]
-	started                          time.Time
+	total, sent, acked, deadLettered, filtered atomic.Int64
+	table                                      atomic.Pointer[string]
+	started                                    time.Time
 }
 
 func newReplayer(opts Options, ro ReplayOptions) (*replayer, error) {
@@ -414,7 +418,7 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 		if err == nil {
 			err = r.finish(ctx, out, stop)
 		}
-		r.res.Acked, r.res.DeadLettered = r.acked.Load(), r.deadLettered.Load()
+		r.res.Acked, r.res.DeadLettered, r.res.Filtered = r.acked.Load(), r.deadLettered.Load(), r.filtered.Load()
 		if err != nil || stop {
 			r.token(t, win)
 			return r.res, err
@@ -557,6 +561,10 @@ func (r *replayer) row(ctx context.Context, t *outboxTable, vals [][]byte, dec *
 	if err := dec.DecodeRow(t.name, t.cols, vals[metaCols:], time.UnixMicro(us), o); err != nil {
 		return false, fmt.Errorf("replay %s: %w", t.name, err)
 	}
+	if o.Kind == decoder.KindFiltered {
+		r.filtered.Add(1) // walrelay run does not publish it either
+		return false, nil
+	}
 	ev := &o.Event
 	p, err := prepareEvent(ctx, snk, ev, r.opts.OnPoison, r.log)
 	if err != nil {
@@ -620,7 +628,7 @@ func (r *replayer) reportProgress() (stop func()) {
 
 func (r *replayer) progress() ReplayProgress {
 	p := ReplayProgress{Total: r.total.Load(), Sent: r.tok.Done + r.sent.Load(), Acked: r.tok.Done + r.acked.Load(),
-		DeadLettered: r.deadLettered.Load(), Elapsed: time.Since(r.started)}
+		DeadLettered: r.deadLettered.Load(), Filtered: r.filtered.Load(), Elapsed: time.Since(r.started)}
 	if t := r.table.Load(); t != nil {
 		p.Table = *t
 	}

@@ -450,3 +450,24 @@ func TestReplayPartitioned(t *testing.T) {
 		t.Fatalf("%d replayed records, want %d", len(replayed), len(in))
 	}
 }
+
+// TestReplayFiltered: rows the table's filter does not publish are not
+// replayed either.
+func TestReplayFiltered(t *testing.T) {
+	f := newReplayFixture(t, "replay_filter", func(o *Options) {
+		o.Decoder.Tables[0].Filter = decoder.Filter{ExcludeEventTypes: []string{"internal.*"}}
+	})
+	since := f.now(t)
+	ids := f.txn(t, [4]string{"a", "created", `'{}'`, `'{}'`}, [4]string{"a", "internal.audit", `'{}'`, `'{}'`}, [4]string{"a", "updated", `'{}'`, `'{}'`})
+	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2)
+	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
+	if err != nil || !res.Complete || res.Acked != 2 || res.Filtered != 1 {
+		t.Fatalf("replay %+v, %v: want 2 rows sent and 1 filtered", res, err)
+	}
+	_, replayed := split(consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 4))
+	for _, r := range replayed {
+		if headerValue(r, sink.HeaderID) == ids[1] {
+			t.Errorf("the filtered row %s was replayed", ids[1])
+		}
+	}
+}
