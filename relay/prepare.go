@@ -27,17 +27,7 @@ type prepared struct {
 // retry logged on log).
 func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison string, log *slog.Logger) (prepared, error) {
 	retry := func(prepare func() (sink.Record, error)) (sink.Record, error) {
-		rec, err := prepare()
-		for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
-			wait := jitter(min(kafkaRetryMin<<min(attempt-1, 10), kafkaRetryMax))
-			log.Warn("kafka unavailable while preparing an event's record; retrying", "id", ev.ID, "attempt", attempt,
-				"retry_in", wait.String(), "error", err.Error())
-			if err := sleep(ctx, wait); err != nil {
-				return sink.Record{}, err
-			}
-			rec, err = prepare()
-		}
-		return rec, err
+		return retryPrepare(ctx, log, ev.ID, prepare)
 	}
 	deadLetter := func(intended string, reason DeadLetterReason, cause error) (prepared, error) {
 		if onPoison == OnPoisonStop {

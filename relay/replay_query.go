@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
 )
@@ -34,7 +35,7 @@ const (
 
 // inspectTable reads table t's columns in the order a Relation message lists
 // them (pgoutput leaves out dropped and generated columns), and checks the
-// time column.
+// time column ("": none).
 func inspectTable(ctx context.Context, conn *pgx.Conn, index int, t decoder.Table, timeCol string) (*outboxTable, error) {
 	name := t.Schema + "." + t.Name
 	quoted := pgx.Identifier{t.Schema, t.Name}.Sanitize()
@@ -74,6 +75,7 @@ func inspectTable(ctx context.Context, conn *pgx.Conn, index int, t decoder.Tabl
 		return nil, fmt.Errorf("read the columns of %s: %w", name, err)
 	}
 	switch typ, ok := ot.colTypes[timeCol]; {
+	case timeCol == "": // rows found by id only (redrive)
 	case !ok:
 		return nil, &ReplayTimeColumnError{Table: name, Column: timeCol}
 	case typ == typeTimestamptz:
@@ -263,4 +265,27 @@ func commitTimestamps(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		return false, fmt.Errorf("read track_commit_timestamp: %w", err)
 	}
 	return on == "on", nil
+}
+
+// rowByID returns the text values (nil for NULL) of the row whose id column
+// is id, nil when there is none.
+func (t *outboxTable) rowByID(ctx context.Context, conn *pgx.Conn, id string) ([][]byte, error) {
+	cols := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		cols[i] = t.ident(c.Name)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1::text::%s LIMIT 1", strings.Join(cols, ", "), t.quoted,
+		t.ident(t.columns.ID), t.colTypes[t.columns.ID])
+	res := conn.PgConn().ExecParams(ctx, q, [][]byte{[]byte(id)}, nil, nil, nil).Read()
+	if res.Err != nil {
+		var pe *pgconn.PgError
+		if errors.As(res.Err, &pe) && pe.Code == "22P02" { // not a valid value of the id's type: no such row
+			return nil, nil
+		}
+		return nil, fmt.Errorf("look up row %s of %s: %w", id, t.name, res.Err)
+	}
+	if len(res.Rows) == 0 {
+		return nil, nil
+	}
+	return res.Rows[0], nil
 }

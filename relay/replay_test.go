@@ -40,6 +40,12 @@ func newReplayFixtureWith(t *testing.T, name string, create func(t *testing.T, d
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
+	return newReplayFixtureOn(t, name, cluster, create, mods...)
+}
+
+// newReplayFixtureOn is newReplayFixtureWith on a given cluster.
+func newReplayFixtureOn(t *testing.T, name string, cluster *kfake.Cluster, create func(t *testing.T, dsn, table string), mods ...func(*Options)) *replayFixture {
+	t.Helper()
 	var opts Options
 	f := startRelayWith(t, name, cluster, create, append(mods, func(o *Options) { opts = *o })...)
 	opts.Logger = slog.New(slog.DiscardHandler)

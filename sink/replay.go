@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -90,4 +91,44 @@ func (s *Sink) NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	return cl, nil
+}
+
+// HeaderDLQAttempts counts how often a dead-letter record was redriven and
+// failed again (dead-lettered anew by the redrive).
+const HeaderDLQAttempts = "walrelay.dlq.attempts"
+
+// WithHeader returns r with header key set to value (the first of that name
+// replaced, else added). r must not have been sent.
+func (r Record) WithHeader(key string, value []byte) Record {
+	for i := range r.rec.Headers {
+		if r.rec.Headers[i].Key == key {
+			r.rec.Headers[i].Value = value
+			return r
+		}
+	}
+	r.rec.Headers = append(r.rec.Headers, kgo.RecordHeader{Key: key, Value: value})
+	return r
+}
+
+// PrepareDeadLetterAgain makes a dead-letter record once more from a stored
+// one that still cannot go to its topic: the same key, value, headers and
+// timestamp, with HeaderDLQError set to cause and HeaderDLQAttempts to
+// attempts. Errors are as for PrepareDeadLetter.
+func (s *Sink) PrepareDeadLetterAgain(ctx context.Context, stored *kgo.Record, id string, cause error, attempts int) (Record, error) {
+	topic := s.cfg.DLQTopic
+	out := &kgo.Record{Topic: topic, Partition: noPartition, Key: stored.Key, Value: stored.Value, Timestamp: stored.Timestamp,
+		Headers: slices.Clone(stored.Headers)}
+	r := Record{rec: out, id: id}
+	r = r.WithHeader(HeaderDLQError, []byte(cause.Error())).WithHeader(HeaderDLQAttempts, []byte(strconv.Itoa(attempts)))
+	fail := func(err error) (Record, error) {
+		return Record{}, &ProduceError{Topic: topic, EventID: id, LSN: headerValue(out.Headers, HeaderLSN), Err: fmt.Errorf("dead-letter topic: %w", err)}
+	}
+	m, err := s.topic(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.checkSize(ctx, m, out); err != nil {
+		return fail(err)
+	}
+	return r, nil
 }
