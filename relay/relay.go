@@ -81,6 +81,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopHTTP()
 	stopPoll := startSlotPoll(ctx, opts, m)
 	defer stopPoll()
+	stopSpan := startSpanPoll(ctx, opts, reg)
+	defer stopSpan()
 
 	rcfg := opts.Replication
 	conn, err := replication.Open(ctx, rcfg)
