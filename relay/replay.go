@@ -76,6 +76,9 @@ type ReplayProgress struct {
 	DeadLettered int64
 	Filtered     int64 // rows the tables' filters do not publish (not sent)
 	Elapsed      time.Duration
+	// ResumeToken resumes the replay from what Kafka acknowledged so far,
+	// should it die now (kill -9, a crash): keep the last one seen.
+	ResumeToken string
 }
 
 // ReplayTable is what a replay covers of one table.
@@ -173,7 +176,7 @@ type replayer struct {
 	res  ReplayResult
 
 	total, sent, acked, deadLettered, filtered atomic.Int64
-	table                                      atomic.Pointer[string]
+	cur                                        atomic.Pointer[cursorAt]
 	started                                    time.Time
 }
 
@@ -412,15 +415,14 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 	defer stopProgress()
 
 	for _, t := range tables {
-		name := t.name
-		r.table.Store(&name)
+		r.cur.Store(&cursorAt{t: t, win: win})
 		stop, err := r.sendTable(ctx, tx, t, r.fromFor(t), dec, snk, win, out, failed)
 		if err == nil {
 			err = r.finish(ctx, out, stop)
 		}
 		r.res.Acked, r.res.DeadLettered, r.res.Filtered = r.acked.Load(), r.deadLettered.Load(), r.filtered.Load()
 		if err != nil || stop {
-			r.token(t, win)
+			r.res.ResumeToken = r.token(t, win)
 			return r.res, err
 		}
 		win.reset()
@@ -441,9 +443,17 @@ func (r *replayer) finish(ctx context.Context, out sender, stopped bool) error {
 	return out.finish(fctx)
 }
 
-// token records where to resume after table t: at the first row Kafka has
-// not acknowledged (or with everything sent acknowledged, at the last one).
-func (r *replayer) token(t *outboxTable, win *rowWindow) {
+// cursorAt is the table being sent and its window, for resume tokens.
+type cursorAt struct {
+	t   *outboxTable
+	win *rowWindow
+}
+
+// token is where to resume in table t: at the first row Kafka has not
+// acknowledged (or with everything sent acknowledged, at the last one).
+// Between tables (the window reset, t not yet the next one) it resumes at
+// t's start: rows sent twice, never one skipped.
+func (r *replayer) token(t *outboxTable, win *rowWindow) string {
 	tok := r.tok
 	tok.Table = t.index
 	if k, ok := win.resumeFrom(); ok {
@@ -452,7 +462,7 @@ func (r *replayer) token(t *outboxTable, win *rowWindow) {
 		tok.From = ""
 	}
 	tok.Done = r.tok.Done + r.acked.Load()
-	r.res.ResumeToken = tok.String()
+	return tok.String()
 }
 
 // windowCap is the rows in flight at most: MaxInFlight, and in
@@ -629,8 +639,8 @@ func (r *replayer) reportProgress() (stop func()) {
 func (r *replayer) progress() ReplayProgress {
 	p := ReplayProgress{Total: r.total.Load(), Sent: r.tok.Done + r.sent.Load(), Acked: r.tok.Done + r.acked.Load(),
 		DeadLettered: r.deadLettered.Load(), Filtered: r.filtered.Load(), Elapsed: time.Since(r.started)}
-	if t := r.table.Load(); t != nil {
-		p.Table = *t
+	if c := r.cur.Load(); c != nil {
+		p.Table, p.ResumeToken = c.t.name, r.token(c.t, c.win)
 	}
 	return p
 }

@@ -235,8 +235,10 @@ func TestReplayResume(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var progressToken string
 	first, err := Replay(ctx, f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 200, ProgressInterval: 20 * time.Millisecond,
 		Progress: func(p ReplayProgress) {
+			progressToken = p.ResumeToken
 			if p.Acked >= 25 {
 				cancel()
 			}
@@ -246,6 +248,9 @@ func TestReplayResume(t *testing.T) {
 	}
 	if first.Complete || first.ResumeToken == "" || first.Acked < 25 || first.Acked >= int64(len(all)) {
 		t.Fatalf("first replay %+v: want it stopped in the middle with a token", first)
+	}
+	if tok, err := parseReplayToken(progressToken); err != nil || tok.ID != first.ID || tok.From == "" {
+		t.Fatalf("the progress reports' resume token %q: %+v, %v", progressToken, tok, err)
 	}
 	second, err := Replay(context.Background(), f.opts, ReplayOptions{Resume: first.ResumeToken})
 	if err != nil {
