@@ -141,10 +141,10 @@ type TableRenamedError struct {
 // "outbox table renamed: public.outbox (oid 16390) now arrives as
 // public.outbox_old; its inserts are events: rename it back (ALTER TABLE
 // "public"."outbox_old" RENAME TO "outbox";) or configure the outbox table
-// as public.outbox_old (--table), then restart walrelay".
+// as public.outbox_old, then restart walrelay".
 func (e *TableRenamedError) Error() string {
 	return fmt.Sprintf("%v: %s (oid %d) now arrives as %s; its inserts are events: rename it back (%s) "+
-		"or configure the outbox table as %s (--table), then restart walrelay",
+		"or configure the outbox table as %s, then restart walrelay",
 		ErrTableRenamed, e.Table, e.OID, e.Now, renameBack(e.now, e.was), e.Now)
 }
 

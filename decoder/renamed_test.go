@@ -34,7 +34,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 		{"renamed in the session", false, []step{
 			{rel: encRelation(oid, "public", "outbox", outboxCols...), lsn: after, insert: true, want: "event public.outbox"},
 			{rel: encRelation(oid, "public", "outbox_old", outboxCols...), lsn: after, insert: true, want: "renamed"},
-		}, []string{"public.outbox ", "public.outbox_old", `ALTER TABLE "public"."outbox_old" RENAME TO "outbox";`, "--table", "restart"}},
+		}, []string{"public.outbox ", "public.outbox_old", `ALTER TABLE "public"."outbox_old" RENAME TO "outbox";`, "configure the outbox table as public.outbox_old", "restart"}},
 		{"moved to another schema in the session", false, []step{
 			{rel: encRelation(oid, "public", "outbox", outboxCols...), lsn: after, insert: true, want: "event public.outbox"},
 			{rel: encRelation(oid, "app", "outbox", outboxCols...), lsn: after, insert: true, want: "renamed"},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,6 +325,9 @@ func TestTxnProducerReserve(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("no error for a transaction larger than max-in-flight")
+	}
+	if keys := settingKeys(err); !slices.Equal(keys, []string{"txn-max-records", "max-in-flight"}) || !strings.Contains(err.Error(), "raise the exactly-once transaction size") {
+		t.Errorf("%v: SettingKeys() = %q, want the transaction size and the in-flight cap", err, keys)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/replication"
 )
 
 // heartbeat writes a transactional logical message every interval until ctx
@@ -16,8 +18,7 @@ import (
 func heartbeat(ctx context.Context, dsn string, interval time.Duration, m *metrics, log *slog.Logger) {
 	periodic{dsn: dsn, interval: interval, timeout: interval,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
-			sql := "SELECT pg_logical_emit_message(true, '" + HeartbeatPrefix + "', '" + strconv.FormatInt(time.Now().UnixNano(), 10) + "')"
-			_, err := conn.Exec(ctx, sql).ReadAll()
+			_, err := replication.EmitMessage(ctx, replication.NewQuerier(conn), HeartbeatPrefix, strconv.FormatInt(time.Now().UnixNano(), 10))
 			return err
 		},
 		failed: func(err error, first bool) {

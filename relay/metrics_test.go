@@ -120,32 +120,22 @@ func TestBuildVersion(t *testing.T) {
 	}
 }
 
-func TestParseSlotRow(t *testing.T) {
+func TestSlotStateOf(t *testing.T) {
+	size := int64(123)
 	for _, tc := range []struct {
-		name    string
-		row     []string
-		want    slotState
-		wantErr bool
+		name string
+		slot replication.Slot
+		want slotState
 	}{
-		{"healthy", []string{"1048576", "4096", "reserved", "-1", "true"},
-			slotState{exists: true, retained: 1048576, lag: 4096, walStatus: "reserved", safeWAL: -1, active: true}, false},
-		{"at risk, inactive", []string{"5e+09", "5e+09", "unreserved", "123", "false"},
-			slotState{exists: true, retained: 5e9, lag: 5e9, walStatus: "unreserved", safeWAL: 123}, false},
-		{"lost", []string{"0", "0", "lost", "-1", "false"},
-			slotState{exists: true, walStatus: "lost", safeWAL: -1}, false},
-		{"bad number", []string{"x", "0", "reserved", "-1", "false"}, slotState{}, true},
-		{"short row", []string{"0", "0"}, slotState{}, true},
+		{"healthy", replication.Slot{WALEnd: 0x101000, RestartLSN: 0x1000, ConfirmedFlushLSN: 0x100000, WALStatus: "reserved", Active: true},
+			slotState{exists: true, retained: 1048576, lag: 4096, walStatus: "reserved", safeWAL: -1, active: true}},
+		{"at risk, inactive", replication.Slot{WALEnd: 5e9 + 1, RestartLSN: 1, ConfirmedFlushLSN: 1, WALStatus: "unreserved", SafeWALSize: &size},
+			slotState{exists: true, retained: 5e9, lag: 5e9, walStatus: "unreserved", safeWAL: 123}},
+		{"lost", replication.Slot{WALEnd: 0x5000, ConfirmedFlushLSN: 0x5000, WALStatus: "lost"},
+			slotState{exists: true, walStatus: "lost", safeWAL: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			row := make([][]byte, len(tc.row))
-			for i, c := range tc.row {
-				row[i] = []byte(c)
-			}
-			got, err := parseSlotRow(row)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if got != tc.want {
+			if got := slotStateOf(tc.slot); got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -47,7 +47,7 @@ type PoisonError struct {
 }
 
 func (e *PoisonError) Error() string {
-	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced (%s): %v; the slot stays before it (use --on-poison=dlq to dead-letter such events)",
+	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced (%s): %v; the slot stays before it (set the poison policy to dlq to dead-letter such events)",
 		e.EventID, e.Table, e.LSN, e.Reason, e.Err)
 }
 

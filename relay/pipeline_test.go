@@ -147,6 +147,17 @@ func (r *pipelineRig) txn(aggIDs ...string) (pglogrepl.LSN, bool) {
 	}
 }
 
+// sync returns once the pipeline handled every batch sent before: the source
+// is unbuffered, so it takes the next (empty) batch only after that.
+func (r *pipelineRig) sync() {
+	r.t.Helper()
+	select {
+	case r.src.ch <- &replication.Batch{}:
+	case <-time.After(5 * time.Second):
+		r.t.Fatal("the pipeline did not take a batch within 5 s")
+	}
+}
+
 // waitSent waits until the producer holds n records.
 func (r *pipelineRig) waitSent(n int) []fakeRecord {
 	r.t.Helper()
@@ -207,6 +218,7 @@ func TestPipelineAcksInAnyOrder(t *testing.T) {
 				ends = append(ends, end)
 			}
 			recs := r.waitSent(4)
+			r.sync() // every commit is read before the first ack
 			start := r.tr.Watermark()
 			for i, k := range tc.order {
 				recs[k].done(nil)

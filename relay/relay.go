@@ -69,7 +69,7 @@ func Run(ctx context.Context, opts Options) error {
 		if errors.As(err, &se) { // its message names the setting to fix
 			return err
 		}
-		return fmt.Errorf("%w (check --kafka-brokers and that the brokers are up)", err)
+		return &settingsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"kafka-brokers"}}
 	}
 
 	var walEnd atomic.Uint64
@@ -191,7 +191,7 @@ func (r *runner) reconnect(ctx context.Context, wait time.Duration, bo *backoff)
 			return nil, ferr
 		}
 		if !reconnectable(err) {
-			return nil, err
+			return nil, r.slotLost(err)
 		}
 		now := time.Now()
 		wait = bo.next(err, now)

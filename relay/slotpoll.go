@@ -2,21 +2,14 @@ package relay
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// slotQuery reads the slot's health from pg_replication_slots. It runs on an
-// ordinary connection, so it works while the replication stream is stuck and
-// on a standby instance that does not hold the slot.
-const slotQuery = `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::float8::text,
-	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::float8::text,
-	coalesce(wal_status, ''), coalesce(safe_wal_size, -1)::float8::text, active::text
-	FROM pg_replication_slots WHERE slot_name = $1`
+	"github.com/walrelay/walrelay/replication"
+)
 
 // slotState is one reading of the slot.
 type slotState struct {
@@ -28,23 +21,14 @@ type slotState struct {
 	active    bool
 }
 
-// parseSlotRow turns slotQuery's row (text format) into a slotState.
-func parseSlotRow(row [][]byte) (slotState, error) {
-	if len(row) != 5 {
-		return slotState{}, fmt.Errorf("slot query: %d columns, want 5", len(row))
+// slotStateOf is the reading of slot s.
+func slotStateOf(s replication.Slot) slotState {
+	st := slotState{exists: true, retained: float64(s.RetainedBytes()), lag: float64(s.LagBytes()),
+		walStatus: s.WALStatus, safeWAL: -1, active: s.Active}
+	if s.SafeWALSize != nil {
+		st.safeWAL = float64(*s.SafeWALSize)
 	}
-	st := slotState{exists: true, walStatus: string(row[2]), active: string(row[4]) == "true"}
-	for i, dst := range []*float64{&st.retained, &st.lag, nil, &st.safeWAL} {
-		if dst == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(string(row[i]), 64)
-		if err != nil {
-			return slotState{}, fmt.Errorf("slot query: column %d: %w", i+1, err)
-		}
-		*dst = v
-	}
-	return st, nil
+	return st
 }
 
 // observeSlot sets the slot gauges from st.
@@ -73,19 +57,17 @@ func (m *metrics) observeSlot(st slotState) {
 func pollSlot(ctx context.Context, dsn, slot string, interval time.Duration, m *metrics, log *slog.Logger) {
 	periodic{dsn: dsn, interval: interval, timeout: max(interval, 5*time.Second), atOnce: true,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
-			res := conn.ExecParams(ctx, slotQuery, [][]byte{[]byte(slot)}, nil, nil, nil).Read()
-			if res.Err != nil {
-				return res.Err
-			}
-			if len(res.Rows) == 0 {
+			// On an ordinary connection: it works while the replication stream
+			// is stuck, and on a standby instance that does not hold the slot.
+			s, err := replication.ReadSlot(ctx, replication.NewQuerier(conn), slot)
+			switch {
+			case errors.Is(err, replication.ErrSlotMissing):
 				m.observeSlot(slotState{})
-				return nil
-			}
-			st, err := parseSlotRow(res.Rows[0])
-			if err != nil {
+			case err != nil:
 				return err
+			default:
+				m.observeSlot(slotStateOf(s))
 			}
-			m.observeSlot(st)
 			return nil
 		},
 		failed: func(err error, first bool) {

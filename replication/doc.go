@@ -1,7 +1,11 @@
 // Package replication owns the logical replication connection to Postgres:
 // it checks the prerequisites, ensures the publication and the persistent
 // pgoutput slot exist, streams pgoutput messages from the slot's confirmed
-// position, answers keepalives and reports the confirmed position.
+// position, answers keepalives and reports the confirmed position. It is
+// also walrelay's one reader of pg_replication_slots (ReadSlot, a typed Slot
+// for every supported Postgres version) and its one writer of logical
+// messages (EmitMessage), on its own replication connection or on any
+// ordinary one (NewQuerier).
 //
 // Invariants:
 //   - one goroutine (the one running Stream.Run) uses the connection;

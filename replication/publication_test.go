@@ -129,3 +129,18 @@ func TestPublicationWithoutInsertsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestMixedCasePublicationNameArg: pgoutput splits publication_names as SQL identifiers
+// (folding unquoted ones to lower case, splitting at commas), so the name is quoted as
+// an identifier inside the string literal.
+func TestMixedCasePublicationNameArg(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"walrelay", `publication_names '"walrelay"'`},
+		{"WalRelay_Pub", `publication_names '"WalRelay_Pub"'`},
+		{`a "b", c's`, `publication_names '"a ""b"", c''s"'`},
+	} {
+		if got := publicationNamesArg(tc.in); got != tc.want {
+			t.Errorf("publicationNamesArg(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}

@@ -8,14 +8,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
-
-// ErrServerSilent reports a replication connection that stopped delivering
-// anything (half-open, or a frozen server); the caller reconnects.
-var ErrServerSilent = errors.New("replication connection silent")
 
 // pollWait is the shortest wait of a receive: how often a watermark that is
 // due to be reported, and has not moved yet, is looked at again.
@@ -146,7 +143,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 	// Start position 0: the server resumes from the slot's confirmed_flush_lsn.
 	if err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse {
 			return fmt.Errorf("start replication on slot %s: %w: %s", c.cfg.Slot, ErrSlotInUse, pgErr.Message)
 		}
 		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
@@ -458,13 +455,9 @@ func (s *Stream) endCopy() (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endCopyTimeout)
 	defer cancel()
-	slot, err := s.conn.lit(s.conn.cfg.Slot)
+	slot, err := ReadSlot(ctx, s.conn.querier(), s.conn.cfg.Slot)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("read back slot position: %w", err)
 	}
-	rows, err := s.conn.query(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = "+slot)
-	if err != nil || len(rows) != 1 {
-		return "", fmt.Errorf("read back slot position: %v", err)
-	}
-	return string(rows[0][0]), nil
+	return slot.ConfirmedFlushLSN.String(), nil
 }

@@ -97,15 +97,47 @@ func (c SASLConfig) mechanism() string {
 }
 
 // SettingError is a setting that cannot work. Setting names it as
-// walrelay's flags do, without the kafka- prefix ("brokers", "tls-ca-file",
-// "sasl-password", "table-topics" for TableTopics); Err says why.
+// walrelay's settings do, without the kafka- prefix ("brokers",
+// "tls-ca-file", "sasl-password", "table-topics" for TableTopics); Err says
+// why. Related names other settings involved, the same way.
 type SettingError struct {
 	Setting string
+	Related []string
 	Err     error
 }
 
 func (e *SettingError) Error() string { return "kafka " + e.Setting + ": " + e.Err.Error() }
 func (e *SettingError) Unwrap() error { return e.Err }
+
+// SettingKeys returns the keys of walrelay's settings to change, Setting's
+// first: the kafka- prefix added where walrelay's key has it.
+func (e *SettingError) SettingKeys() []string {
+	keys := settingKeys(e.Setting)
+	for _, r := range e.Related {
+		keys = append(keys, settingKeys(r)...)
+	}
+	return keys
+}
+
+// settingKeys maps a SettingError.Setting to the keys of walrelay's settings.
+func settingKeys(setting string) []string {
+	switch setting {
+	case "compression", "topic", "dlq-topic", "batching", "linger", "batch-max-bytes":
+		return []string{setting}
+	case "table-topics":
+		return []string{"tables"}
+	case "max-buffered":
+		return []string{"max-buffered-bytes"}
+	case "topic-lookup":
+		return []string{"kafka-timeout"}
+	case "topic-partitions":
+		return []string{"topic-partitions", "topic-replication-factor"}
+	}
+	if strings.HasPrefix(setting, "sasl-") {
+		return []string{setting}
+	}
+	return []string{"kafka-" + setting}
+}
 
 func settingErr(setting, format string, a ...any) error {
 	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}
@@ -116,39 +148,44 @@ func (c Config) validateSecurity() error {
 	t, s := c.TLS, c.SASL
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		if t.CertFile == "" {
-			return settingErr("tls-cert-file", "a client key is set without its certificate (set --kafka-tls-cert-file too)")
+			return &SettingError{Setting: "tls-cert-file", Related: []string{"tls-key-file"},
+				Err: errors.New("a client key is set without its certificate: set the client certificate too")}
 		}
-		return settingErr("tls-key-file", "a client certificate is set without its private key (set --kafka-tls-key-file too)")
+		return &SettingError{Setting: "tls-key-file", Related: []string{"tls-cert-file"},
+			Err: errors.New("a client certificate is set without its private key: set the client key too")}
 	}
 	mech := s.mechanism()
 	switch mech {
 	case "":
 		switch {
 		case s.Username != "" || s.Password != "":
-			return settingErr("sasl-mechanism", "a SASL username or password is set but no mechanism (set --sasl-mechanism)")
+			return settingErr("sasl-mechanism", "a SASL username or password is set but no mechanism: set the SASL mechanism")
 		case s.OAuthTokenFile != "":
-			return settingErr("sasl-mechanism", "an OAuth token file is set but no mechanism (set --sasl-mechanism OAUTHBEARER)")
+			return &SettingError{Setting: "sasl-mechanism", Related: []string{"sasl-oauth-token-file"},
+				Err: errors.New("an OAuth token file is set but no mechanism: set the SASL mechanism to OAUTHBEARER")}
 		}
 	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
 		if s.Username == "" {
-			return settingErr("sasl-username", "%s needs a username (set --sasl-username)", mech)
+			return settingErr("sasl-username", "%s needs a username: set the SASL username", mech)
 		}
 		if s.Password == "" {
-			return settingErr("sasl-password", "%s needs a password (set --sasl-password-file or WALRELAY_SASL_PASSWORD)", mech)
+			return settingErr("sasl-password", "%s needs a password: set the SASL password", mech)
 		}
 	case MechanismOAuthBearer:
 		if s.OAuthTokenFile == "" {
-			return settingErr("sasl-oauth-token-file", "OAUTHBEARER needs a token file (set --sasl-oauth-token-file)")
+			return settingErr("sasl-oauth-token-file", "OAUTHBEARER needs a token file: set the OAuth token file")
 		}
 	case MechanismAWSMSKIAM:
 		if !t.enabled() {
-			return settingErr("tls", "AWS_MSK_IAM signs requests that must only go over TLS (set --kafka-tls)")
+			return &SettingError{Setting: "tls", Related: []string{"sasl-mechanism"},
+				Err: errors.New("AWS_MSK_IAM signs requests that must only go over TLS: turn Kafka TLS on")}
 		}
 	default:
 		return settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", s.Mechanism)
 	}
 	if mech != MechanismOAuthBearer && s.OAuthTokenFile != "" {
-		return settingErr("sasl-oauth-token-file", "only used with --sasl-mechanism OAUTHBEARER, not %s", mech)
+		return &SettingError{Setting: "sasl-oauth-token-file", Related: []string{"sasl-mechanism"},
+			Err: fmt.Errorf("only used with the SASL mechanism OAUTHBEARER, not %s", mech)}
 	}
 	return nil
 }
@@ -164,8 +201,9 @@ func securityOpts(c Config, getenv func(string) string, log *slog.Logger) ([]kgo
 	}
 	if tc != nil {
 		if tc.InsecureSkipVerify {
-			log.Warn("kafka TLS certificate verification is disabled (--kafka-tls-insecure-skip-verify): " +
-				"anyone between walrelay and the brokers can read and change the traffic; set --kafka-tls-ca-file instead")
+			log.Warn("kafka TLS certificate verification is disabled: anyone between walrelay and the brokers "+
+				"can read and change the traffic; give the CA that signs the brokers' certificates instead",
+				"setting", "kafka-tls-insecure-skip-verify")
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
@@ -175,7 +213,7 @@ func securityOpts(c Config, getenv func(string) string, log *slog.Logger) ([]kgo
 	}
 	if mech != nil {
 		if tc == nil && mech.Name() == MechanismPlain {
-			log.Warn("SASL PLAIN without TLS sends the password in clear text; set --kafka-tls")
+			log.Warn("SASL PLAIN without TLS sends the password in clear text; turn Kafka TLS on", "setting", "kafka-tls")
 		}
 		opts = append(opts, kgo.SASL(mech))
 	}
@@ -272,15 +310,20 @@ func awsAuth(getenv func(string) string) (aws.Auth, error) {
 }
 
 // SecurityError is a connection to Kafka refused for a TLS or SASL reason.
-// Its message names the setting that fixes it; retrying without changing
-// the configuration cannot succeed.
+// Its message says what fixes it, and Settings are the keys of walrelay's
+// settings involved, the main one first; retrying without changing the
+// configuration cannot succeed.
 type SecurityError struct {
-	Msg string
-	Err error
+	Msg      string
+	Settings []string
+	Err      error
 }
 
 func (e *SecurityError) Error() string { return e.Msg + ": " + e.Err.Error() }
 func (e *SecurityError) Unwrap() error { return e.Err }
+
+// SettingKeys returns Settings.
+func (e *SecurityError) SettingKeys() []string { return e.Settings }
 
 // securityError explains err when it is a TLS or SASL failure, else nil.
 func (c Config) securityError(err error) error {
@@ -295,32 +338,37 @@ func (c Config) securityError(err error) error {
 	mech := c.SASL.mechanism()
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
-		var msg string
 		switch mech {
 		case MechanismOAuthBearer:
-			msg = "kafka: SASL OAUTHBEARER authentication failed (check the token in --sasl-oauth-token-file)"
+			return &SecurityError{Msg: "kafka: SASL OAUTHBEARER authentication failed (check the token in the OAuth token file)",
+				Settings: []string{"sasl-oauth-token-file"}, Err: err}
 		case MechanismAWSMSKIAM:
-			msg = "kafka: SASL AWS_MSK_IAM authentication failed (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and the IAM policy of the cluster)"
-		default:
-			msg = fmt.Sprintf("kafka: SASL authentication failed for user %q with %s (check --sasl-username/--sasl-password-file)", c.SASL.Username, mech)
+			return &SecurityError{Msg: "kafka: SASL AWS_MSK_IAM authentication failed (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and the IAM policy of the cluster)", Err: err}
 		}
-		return &SecurityError{Msg: msg, Err: err}
+		return &SecurityError{Msg: fmt.Sprintf("kafka: SASL authentication failed for user %q with %s (check the SASL username and password)", c.SASL.Username, mech),
+			Settings: []string{"sasl-username", "sasl-password"}, Err: err}
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
-		return &SecurityError{Msg: fmt.Sprintf("kafka: the broker listener does not enable SASL mechanism %s (set --sasl-mechanism to one it enables, or use the listener for it)", mech), Err: err}
+		return &SecurityError{Msg: fmt.Sprintf("kafka: the broker listener does not enable SASL mechanism %s (set the SASL mechanism to one it enables, or use the listener for it)", mech),
+			Settings: []string{"sasl-mechanism", "kafka-brokers"}, Err: err}
 	case errors.Is(err, kerr.IllegalSaslState) && mech == "":
-		return &SecurityError{Msg: "kafka: the broker listener requires SASL (set --sasl-mechanism and its credentials)", Err: err}
+		return &SecurityError{Msg: "kafka: the broker listener requires SASL (set the SASL mechanism and its credentials)",
+			Settings: []string{"sasl-mechanism", "sasl-username", "sasl-password"}, Err: err}
 	case errors.As(err, &unknownCA):
-		return &SecurityError{Msg: "kafka TLS: certificate signed by unknown authority (set --kafka-tls-ca-file to the CA that signed the broker's certificate)", Err: err}
+		return &SecurityError{Msg: "kafka TLS: certificate signed by unknown authority (set the Kafka TLS CA file to the CA that signed the broker's certificate)",
+			Settings: []string{"kafka-tls-ca-file"}, Err: err}
 	case errors.As(err, &hostErr):
-		return &SecurityError{Msg: "kafka TLS: the broker's certificate is not valid for the name walrelay dialed (set --kafka-tls-server-name to a name in the certificate, or list the brokers by that name)", Err: err}
+		return &SecurityError{Msg: "kafka TLS: the broker's certificate is not valid for the name walrelay dialed (set the Kafka TLS server name to a name in the certificate, or list the brokers by that name)",
+			Settings: []string{"kafka-tls-server-name", "kafka-brokers"}, Err: err}
 	case errors.As(err, &invalid):
 		return &SecurityError{Msg: "kafka TLS: the broker's certificate is invalid (renew it, or check the clock)", Err: err}
 	case errors.As(err, &recordErr):
-		return &SecurityError{Msg: "kafka TLS: the broker does not speak TLS on this port (use its TLS listener, or turn --kafka-tls off)", Err: err}
+		return &SecurityError{Msg: "kafka TLS: the broker does not speak TLS on this port (use its TLS listener, or turn Kafka TLS off)",
+			Settings: []string{"kafka-brokers", "kafka-tls"}, Err: err}
 	case errors.As(err, &opErr) && opErr.Op == "remote error" && isClientCertAlert(opErr.Err):
-		return &SecurityError{Msg: "kafka TLS: the broker rejected the client certificate (set --kafka-tls-cert-file/--kafka-tls-key-file to a certificate signed by a CA the broker trusts)", Err: err}
+		return &SecurityError{Msg: "kafka TLS: the broker rejected the client certificate (set the Kafka TLS client certificate and key to a certificate signed by a CA the broker trusts)",
+			Settings: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}, Err: err}
 	case errors.As(err, &se):
-		return &SecurityError{Msg: "kafka: cannot authenticate", Err: err}
+		return &SecurityError{Msg: "kafka: cannot authenticate", Settings: se.SettingKeys(), Err: err}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,7 @@ func TestValidateSecurity(t *testing.T) {
 		sasl    SASLConfig
 		setting string // "" means valid
 		want    string
+		keys    []string // SettingKeys
 	}{
 		{name: "plaintext"},
 		{name: "tls system roots", tls: TLSConfig{Enabled: true}},
@@ -120,15 +122,15 @@ func TestValidateSecurity(t *testing.T) {
 		{name: "plain", sasl: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p"}},
 		{name: "oauth", sasl: SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: "/run/token"}},
 		{name: "msk iam", tls: TLSConfig{Enabled: true}, sasl: SASLConfig{Mechanism: "aws-msk-iam"}},
-		{name: "cert without key", tls: TLSConfig{CertFile: "c.pem"}, setting: "tls-key-file", want: "without its private key"},
-		{name: "key without cert", tls: TLSConfig{KeyFile: "c.key"}, setting: "tls-cert-file", want: "without its certificate"},
-		{name: "unknown mechanism", sasl: SASLConfig{Mechanism: "GSSAPI"}, setting: "sasl-mechanism", want: `"GSSAPI" is not one of`},
-		{name: "scram without password", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"}, setting: "sasl-password", want: "needs a password"},
-		{name: "plain without user", sasl: SASLConfig{Mechanism: "PLAIN", Password: "p"}, setting: "sasl-username", want: "needs a username"},
-		{name: "oauth without file", sasl: SASLConfig{Mechanism: "OAUTHBEARER"}, setting: "sasl-oauth-token-file", want: "needs a token file"},
-		{name: "token with scram", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p", OAuthTokenFile: "/t"}, setting: "sasl-oauth-token-file", want: "only used with"},
-		{name: "credentials without mechanism", sasl: SASLConfig{Username: "u", Password: "p"}, setting: "sasl-mechanism", want: "no mechanism"},
-		{name: "msk iam without tls", sasl: SASLConfig{Mechanism: "AWS_MSK_IAM"}, setting: "tls", want: "only go over TLS"},
+		{name: "cert without key", tls: TLSConfig{CertFile: "c.pem"}, setting: "tls-key-file", want: "without its private key", keys: []string{"kafka-tls-key-file", "kafka-tls-cert-file"}},
+		{name: "key without cert", tls: TLSConfig{KeyFile: "c.key"}, setting: "tls-cert-file", want: "without its certificate", keys: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}},
+		{name: "unknown mechanism", sasl: SASLConfig{Mechanism: "GSSAPI"}, setting: "sasl-mechanism", want: `"GSSAPI" is not one of`, keys: []string{"sasl-mechanism"}},
+		{name: "scram without password", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"}, setting: "sasl-password", want: "needs a password", keys: []string{"sasl-password"}},
+		{name: "plain without user", sasl: SASLConfig{Mechanism: "PLAIN", Password: "p"}, setting: "sasl-username", want: "needs a username", keys: []string{"sasl-username"}},
+		{name: "oauth without file", sasl: SASLConfig{Mechanism: "OAUTHBEARER"}, setting: "sasl-oauth-token-file", want: "needs a token file", keys: []string{"sasl-oauth-token-file"}},
+		{name: "token with scram", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p", OAuthTokenFile: "/t"}, setting: "sasl-oauth-token-file", want: "only used with", keys: []string{"sasl-oauth-token-file", "sasl-mechanism"}},
+		{name: "credentials without mechanism", sasl: SASLConfig{Username: "u", Password: "p"}, setting: "sasl-mechanism", want: "no mechanism", keys: []string{"sasl-mechanism"}},
+		{name: "msk iam without tls", sasl: SASLConfig{Mechanism: "AWS_MSK_IAM"}, setting: "tls", want: "only go over TLS", keys: []string{"kafka-tls", "sasl-mechanism"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -144,8 +146,8 @@ func TestValidateSecurity(t *testing.T) {
 			if !errors.As(err, &se) {
 				t.Fatalf("Validate: %v, want a *SettingError", err)
 			}
-			if se.Setting != c.setting || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Validate: setting %q, %q; want setting %q and %q", se.Setting, err, c.setting, c.want)
+			if se.Setting != c.setting || !strings.Contains(err.Error(), c.want) || !slices.Equal(se.SettingKeys(), c.keys) {
+				t.Fatalf("Validate: setting %q, %q, keys %q; want setting %q, %q and keys %q", se.Setting, err, se.SettingKeys(), c.setting, c.want, c.keys)
 			}
 			if strings.Contains(err.Error(), `"p"`) {
 				t.Fatalf("error shows the password: %v", err)
@@ -308,12 +310,19 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if strings.Count(out, "\n") != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, "--kafka-tls-insecure-skip-verify") {
-		t.Fatalf("want one WARN line naming the flag, got %q", out)
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"setting":"kafka-tls-insecure-skip-verify"`) {
+		t.Fatalf("want one WARN line naming the setting, got %q", out)
 	}
 	buf.Reset()
 	if _, err := securityOpts(Config{TLS: TLSConfig{Enabled: true}}, os.Getenv, log); err != nil || buf.Len() != 0 {
 		t.Fatalf("verified TLS: err %v, log %q; want neither", err, buf.String())
+	}
+	if _, err := securityOpts(Config{SASL: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "hunter2"}}, os.Getenv, log); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "clear text") || !strings.Contains(out, `"setting":"kafka-tls"`) ||
+		strings.Contains(out, "hunter2") {
+		t.Fatalf("PLAIN without TLS: want one WARN line naming the setting, got %q", out)
 	}
 }
 
@@ -325,15 +334,24 @@ func TestSecurityErrorMessages(t *testing.T) {
 		cfg  Config
 		err  error
 		want string // "" means not a security error
+		keys []string
 	}{
-		{"auth failed", scram, wrap(kerr.SaslAuthenticationFailed), `SASL authentication failed for user "relay" with SCRAM-SHA-512 (check --sasl-username/--sasl-password-file)`},
-		{"oauth failed", Config{SASL: SASLConfig{Mechanism: "OAUTHBEARER"}}, kerr.SaslAuthenticationFailed, "--sasl-oauth-token-file"},
-		{"mechanism off", scram, kerr.UnsupportedSaslMechanism, "does not enable SASL mechanism SCRAM-SHA-512"},
-		{"unknown ca", Config{}, wrap(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), "certificate signed by unknown authority (set --kafka-tls-ca-file"},
-		{"wrong name", Config{}, wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "x"}), "--kafka-tls-server-name"},
-		{"client cert refused", Config{}, wrap(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}), "--kafka-tls-cert-file"},
-		{"not tls", Config{}, wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "does not speak TLS"},
-		{"connection refused", scram, wrap(errors.New("connect: connection refused")), ""},
+		{"auth failed", scram, wrap(kerr.SaslAuthenticationFailed), `SASL authentication failed for user "relay" with SCRAM-SHA-512 (check the SASL username and password)`,
+			[]string{"sasl-username", "sasl-password"}},
+		{"oauth failed", Config{SASL: SASLConfig{Mechanism: "OAUTHBEARER"}}, kerr.SaslAuthenticationFailed, "check the token in the OAuth token file",
+			[]string{"sasl-oauth-token-file"}},
+		{"msk iam failed", Config{SASL: SASLConfig{Mechanism: "AWS_MSK_IAM"}}, kerr.SaslAuthenticationFailed, "IAM policy", nil},
+		{"mechanism off", scram, kerr.UnsupportedSaslMechanism, "does not enable SASL mechanism SCRAM-SHA-512", []string{"sasl-mechanism", "kafka-brokers"}},
+		{"sasl required", Config{}, kerr.IllegalSaslState, "requires SASL", []string{"sasl-mechanism", "sasl-username", "sasl-password"}},
+		{"unknown ca", Config{}, wrap(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), "certificate signed by unknown authority (set the Kafka TLS CA file",
+			[]string{"kafka-tls-ca-file"}},
+		{"wrong name", Config{}, wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "x"}), "set the Kafka TLS server name",
+			[]string{"kafka-tls-server-name", "kafka-brokers"}},
+		{"client cert refused", Config{}, wrap(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}), "set the Kafka TLS client certificate and key",
+			[]string{"kafka-tls-cert-file", "kafka-tls-key-file"}},
+		{"not tls", Config{}, wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "does not speak TLS", []string{"kafka-brokers", "kafka-tls"}},
+		{"unreadable token", Config{}, wrap(settingErr("sasl-oauth-token-file", "read token: gone")), "cannot authenticate", []string{"sasl-oauth-token-file"}},
+		{"connection refused", scram, wrap(errors.New("connect: connection refused")), "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.cfg.securityError(c.err)
@@ -346,6 +364,9 @@ func TestSecurityErrorMessages(t *testing.T) {
 			var se *SecurityError
 			if !errors.As(err, &se) || !strings.Contains(err.Error(), c.want) || !errors.Is(err, c.err) {
 				t.Fatalf("securityError: %v; want a *SecurityError wrapping the cause with %q", err, c.want)
+			}
+			if !slices.Equal(se.SettingKeys(), c.keys) {
+				t.Errorf("SettingKeys() = %q, want %q", se.SettingKeys(), c.keys)
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Fatalf("error shows the password: %v", err)
@@ -391,7 +412,7 @@ func TestSinkTLSAndSCRAM(t *testing.T) {
 		pass string
 		want string
 	}{
-		{"untrusted ca", TLSConfig{Enabled: true}, "right-pass", "set --kafka-tls-ca-file"},
+		{"untrusted ca", TLSConfig{Enabled: true}, "right-pass", "set the Kafka TLS CA file"},
 	} {
 		err := ping(c.tc, c.pass)
 		var se *SecurityError
@@ -412,5 +433,40 @@ func TestSASLConfigHidesPassword(t *testing.T) {
 		if strings.Contains(s, "hunter2") || !strings.Contains(s, "xxxxx") {
 			t.Errorf("password not masked: %s", s)
 		}
+	}
+}
+
+// TestSettingErrorKeys: SettingKeys gives walrelay's key for each name
+// Setting uses (most with the kafka- prefix, a few under names of their own),
+// Related's after it.
+func TestSettingErrorKeys(t *testing.T) {
+	for setting, want := range map[string][]string{
+		"brokers":               {"kafka-brokers"},
+		"tls":                   {"kafka-tls"},
+		"tls-ca-file":           {"kafka-tls-ca-file"},
+		"tls-cert-file":         {"kafka-tls-cert-file"},
+		"tls-key-file":          {"kafka-tls-key-file"},
+		"sasl-mechanism":        {"sasl-mechanism"},
+		"sasl-username":         {"sasl-username"},
+		"sasl-password":         {"sasl-password"},
+		"sasl-oauth-token-file": {"sasl-oauth-token-file"},
+		"compression":           {"compression"},
+		"topic":                 {"topic"},
+		"dlq-topic":             {"dlq-topic"},
+		"batching":              {"batching"},
+		"linger":                {"linger"},
+		"batch-max-bytes":       {"batch-max-bytes"},
+		"table-topics":          {"tables"},
+		"max-buffered":          {"max-buffered-bytes"},
+		"topic-lookup":          {"kafka-timeout"},
+		"topic-partitions":      {"topic-partitions", "topic-replication-factor"},
+	} {
+		if got := (&SettingError{Setting: setting}).SettingKeys(); !slices.Equal(got, want) {
+			t.Errorf("%s: SettingKeys() = %q, want %q", setting, got, want)
+		}
+	}
+	got := (&SettingError{Setting: "tls", Related: []string{"sasl-mechanism", "brokers"}}).SettingKeys()
+	if want := []string{"kafka-tls", "sasl-mechanism", "kafka-brokers"}; !slices.Equal(got, want) {
+		t.Errorf("with related settings: SettingKeys() = %q, want %q", got, want)
 	}
 }

@@ -115,7 +115,7 @@ type Config struct {
 // naming the setting.
 func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
-		return settingErr("brokers", "none given (set --kafka-brokers host:port)")
+		return settingErr("brokers", "none given: set the Kafka brokers (host:port)")
 	}
 	for _, b := range c.Brokers {
 		host, port, err := net.SplitHostPort(b)

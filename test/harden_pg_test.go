@@ -83,7 +83,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			if p.exitCode() <= 0 {
 				t.Errorf("exit status %s, want non-zero", p.exitStatus())
 			}
-			line := findErrorLine(p, []string{c.table, moved, "rename it back", "--table"})
+			line := findErrorLine(p, []string{c.table, moved, "rename it back", "configure the outbox table as"})
 			if line == "" {
 				t.Errorf("no ERROR line names %s, %s and the fixes\n%s", c.table, moved, p.tail(20))
 			}
@@ -270,7 +270,7 @@ func TestMixedCasePublicationName(t *testing.T) {
 		c := newContract(t, env, "hmix")
 		c.migrate(env.pgDSN, c.table)
 		args := append(c.runArgs(), "--slot", "WalRelay")
-		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "--slot walrelay"}, args...)
+		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "choose e.g. walrelay"}, args...)
 		t.Logf("refused: %s", line)
 	})
 }

@@ -47,7 +47,7 @@ func TestSlotFailover(t *testing.T) {
 	if len(errs) != 1 {
 		t.Fatalf("%d ERROR lines, want 1:\n%s", len(errs), p.tail(20))
 	}
-	for _, kw := range []string{"--slot-failover", "Postgres 17", "remove --slot-failover"} {
+	for _, kw := range []string{"failover slot", "Postgres 17", "turn slot failover off"} {
 		if !strings.Contains(errs[0], kw) {
 			t.Errorf("ERROR line lacks %q: %s", kw, errs[0])
 		}

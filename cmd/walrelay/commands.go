@@ -7,15 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -157,29 +159,50 @@ func status(ctx context.Context, dsn, slot string, w io.Writer) error {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	esc, err := conn.EscapeString(slot)
+	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), slot)
 	if err != nil {
 		return err
 	}
-	q := `SELECT slot_name, plugin, active, coalesce(active_pid::text, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''),
-	        pg_current_wal_lsn()::text,
-	        coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, ''),
-	        coalesce(pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)), ''),
-	        coalesce(wal_status, '')
-	      FROM pg_replication_slots WHERE slot_name = '` + esc + `'`
-	res, err := conn.Exec(cctx, q).ReadAll()
-	if err != nil {
-		return fmt.Errorf("read slot: %w", err)
+	unlessZero := func(v int64, text string) string {
+		if v == 0 {
+			return ""
+		}
+		return text
 	}
-	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return fmt.Errorf("slot %q does not exist", slot)
-	}
-	r := res[0].Rows[0]
-	names := []string{"slot", "plugin", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes", "retained_wal", "wal_status"}
-	for i, n := range names {
-		fmt.Fprintf(w, "%-20s %s\n", n, r[i])
+	lsn := func(l pglogrepl.LSN) string { return unlessZero(int64(l), l.String()) }
+	for _, f := range []struct{ name, value string }{
+		{"slot", s.Name}, {"plugin", s.Plugin}, {"active", strconv.FormatBool(s.Active)},
+		{"active_pid", unlessZero(int64(s.ActivePID), strconv.Itoa(int(s.ActivePID)))},
+		{"confirmed_flush_lsn", lsn(s.ConfirmedFlushLSN)}, {"restart_lsn", lsn(s.RestartLSN)}, {"current_wal_lsn", lsn(s.WALEnd)},
+		{"lag_bytes", unlessZero(int64(s.ConfirmedFlushLSN), strconv.FormatInt(s.LagBytes(), 10))},
+		{"retained_wal", unlessZero(int64(s.RestartLSN), prettySize(s.RetainedBytes()))}, {"wal_status", s.WALStatus},
+	} {
+		fmt.Fprintf(w, "%-20s %s\n", f.name, f.value)
 	}
 	return nil
+}
+
+// prettySize formats n bytes as Postgres' pg_size_pretty does: bytes below
+// 10 kB, then kB, MB, GB, TB or PB (1024 each), rounded half away from zero.
+func prettySize(n int64) string {
+	abs := func(v int64) int64 { return max(v, -v) }
+	if abs(n) < 10*1024 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	half := func(v int64) int64 { // v halves of a unit, rounded
+		if v < 0 {
+			return (v - 1) / 2
+		}
+		return (v + 1) / 2
+	}
+	n /= 1 << 9 // halves of a kB
+	for _, unit := range []string{"kB", "MB", "GB", "TB"} {
+		if abs(n) < 20*1024-1 {
+			return fmt.Sprintf("%d %s", half(n), unit)
+		}
+		n /= 1 << 10
+	}
+	return fmt.Sprintf("%d PB", half(n))
 }
 
 // doctor checks every prerequisite it can without changing anything and

@@ -96,38 +96,22 @@ func (s cutoverSlot) invalidated() string {
 }
 
 // ErrSlotMissing reports that a slot cutover needs does not exist.
-var ErrSlotMissing = errors.New("replication slot does not exist")
-
-// slotQuery reads one slot. invalidation_reason and conflicting are read
-// through to_jsonb, which yields NULL for a column the server does not have,
-// so one query serves every Postgres version.
-const slotQuery = `SELECT coalesce(plugin, ''), slot_type = 'logical', coalesce(database = current_database(), false), active,
-	coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(wal_status, ''), pg_current_wal_lsn()::text,
-	coalesce(to_jsonb(s)->>'invalidation_reason', ''), coalesce(to_jsonb(s)->>'conflicting', '')
-	FROM pg_replication_slots s WHERE slot_name = `
+var ErrSlotMissing = replication.ErrSlotMissing
 
 func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (cutoverSlot, error) {
-	esc, err := conn.EscapeString(name)
+	s, err := replication.ReadSlot(ctx, replication.NewQuerier(conn), name)
 	if err != nil {
 		return cutoverSlot{}, err
 	}
-	res, err := conn.Exec(ctx, slotQuery+"'"+esc+"'").ReadAll()
-	if err != nil {
-		return cutoverSlot{}, fmt.Errorf("read slot %s: %w", name, err)
+	c := cutoverSlot{Plugin: s.Plugin, Logical: s.Type == "logical", SameDB: s.InCurrentDatabase, Active: s.Active,
+		Confirmed: s.ConfirmedFlushLSN, WALStatus: s.WALStatus, WALEnd: s.WALEnd}
+	if s.InvalidationReason != nil {
+		c.InvalidationReason = *s.InvalidationReason
 	}
-	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return cutoverSlot{}, fmt.Errorf("slot %q: %w", name, ErrSlotMissing)
+	if s.Conflicting != nil {
+		c.Conflicting = *s.Conflicting
 	}
-	r := res[0].Rows[0]
-	s := cutoverSlot{Plugin: string(r[0]), Logical: string(r[1]) == "t", SameDB: string(r[2]) == "t", Active: string(r[3]) == "t",
-		WALStatus: string(r[5]), InvalidationReason: string(r[7]), Conflicting: string(r[8]) == "true"}
-	if s.Confirmed, err = pglogrepl.ParseLSN(string(r[4])); err != nil {
-		return cutoverSlot{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, r[4], err)
-	}
-	if s.WALEnd, err = pglogrepl.ParseLSN(string(r[6])); err != nil {
-		return cutoverSlot{}, fmt.Errorf("pg_current_wal_lsn %q: %w", r[6], err)
-	}
-	return s, nil
+	return c, nil
 }
 
 // checkFromSlot refuses a --from-slot that cannot be the slot of the system
@@ -274,7 +258,7 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 	}
 	if cfg.Nudge {
 		// One transaction past walrelay's start for Debezium to confirm.
-		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+config.CutoverNudgePrefix+"', '"+start.String()+"')").ReadAll(); err != nil {
+		if _, err := replication.EmitMessage(ctx, replication.NewQuerier(conn), config.CutoverNudgePrefix, start.String()); err != nil {
 			return fmt.Errorf("write the nudge message: %w", err)
 		}
 	}

@@ -28,6 +28,8 @@ func TestIsRetryableAllowList(t *testing.T) {
 		{"unexpected EOF", io.ErrUnexpectedEOF, true},
 		{"connection reset", opErr("read", os.NewSyscallError("read", syscall.ECONNRESET)), true},
 		{"connection refused", opErr("dial", os.NewSyscallError("connect", syscall.ECONNREFUSED)), true},
+		{"only read-only servers (target_session_attrs=read-write during a failover)", fmt.Errorf("failed to connect: %w", errors.Join(opErr("dial", os.NewSyscallError("connect", syscall.ECONNREFUSED)), pgconn.ErrReadOnlyConnection)), true},
+		{"a read-only server alone", fmt.Errorf("failed to connect: %w", pgconn.ErrReadOnlyConnection), true},
 		{"broken pipe", fmt.Errorf("send standby status: %w", syscall.EPIPE), true},
 		{"deadline", fmt.Errorf("send standby status: %w", context.DeadlineExceeded), true},
 		{"server silent", fmt.Errorf("receive: %w", ErrServerSilent), true},
@@ -53,6 +55,32 @@ func TestIsRetryableAllowList(t *testing.T) {
 		{"55000 slot invalidated", &pgconn.PgError{Code: "55000"}, false},
 		{"XX000 internal error", &pgconn.PgError{Code: "XX000"}, false},
 		{"TLS alert from the server", opErr("remote error", tls.AlertError(42)), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsRetryable(tc.err); got != tc.want {
+				t.Fatalf("IsRetryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsRetryable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"prerequisite", &PrereqError{Check: "wal_level"}, false},
+		{"slot in use", fmt.Errorf("start: %w", ErrSlotInUse), true},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), true},
+		{"net", &net.OpError{Op: "read", Err: errors.New("connection reset")}, true},
+		{"canceled", context.Canceled, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walrelay/walrelay/replication"
+)
+
+// SlotLostError stops a relay whose replication slot is gone on reconnect
+// (dropped; or missing on a promoted standby that never had it: a failover
+// without failover slots) or was invalidated. Events committed after the
+// slot's last confirmed position may be missing from Kafka, and only the
+// outbox table still holds them: it says what was delivered last, so that
+// the operator re-publishes the rows committed since then before streaming
+// from a new slot.
+type SlotLostError struct {
+	Slot string
+	// Failover: the server walrelay reconnected to has another WAL history
+	// (system identifier or timeline) than the one it streamed from.
+	Failover          bool
+	Previous, Current replication.Identity
+	// LastLSN and LastCommit are the end and commit time of the last
+	// transaction walrelay delivered; zero when none was.
+	LastLSN    pglogrepl.LSN
+	LastCommit time.Time
+	Err        error // the replication package's *PrereqError
+}
+
+func (e *SlotLostError) Error() string {
+	var b strings.Builder
+	var lost *replication.SlotLostError
+	errors.As(e.Err, &lost)
+	switch {
+	case e.Failover:
+		fmt.Fprintf(&b, "postgres failed over: walrelay reconnected to a server on another WAL history (system id %s timeline %d, was %s timeline %d), which has no replication slot %q; a promoted standby has only failover slots (Postgres 17 and later, with slot failover on and the standby synchronizing slots)",
+			e.Current.SystemID, e.Current.Timeline, e.Previous.SystemID, e.Previous.Timeline, e.Slot)
+	case lost != nil && lost.Invalidated != "":
+		fmt.Fprintf(&b, "replication slot %q was invalidated (%s): the WAL it needed is gone", e.Slot, lost.Invalidated)
+	default:
+		fmt.Fprintf(&b, "replication slot %q disappeared while walrelay was using it (someone dropped it)", e.Slot)
+	}
+	b.WriteString("; events committed after its last confirmed position may be missing from Kafka. ")
+	if e.LastLSN != 0 {
+		at := "at an unknown time"
+		if !e.LastCommit.IsZero() {
+			at = "committed at " + e.LastCommit.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(&b, "The last transaction walrelay delivered ended at %s, %s. ", e.LastLSN, at)
+	} else {
+		b.WriteString("walrelay delivered no transaction since it started. ")
+	}
+	b.WriteString("Recover: re-publish the outbox rows committed since then from the table (replay), then start walrelay with a new slot")
+	return b.String()
+}
+
+func (e *SlotLostError) Unwrap() error { return e.Err }
+
+// SettingKeys: a failover needs failover slots.
+func (e *SlotLostError) SettingKeys() []string {
+	if e.Failover {
+		return []string{"slot-failover"}
+	}
+	return []string{"slot"}
+}
+
+// slotLost returns the SlotLostError of err when err says the slot is gone,
+// else err.
+func (r *runner) slotLost(err error) error {
+	var lost *replication.SlotLostError
+	if !errors.As(err, &lost) {
+		return err
+	}
+	last, at := r.tr.Delivered()
+	return &SlotLostError{Slot: r.rcfg.Slot, Failover: !r.system.SameHistory(lost.System), Previous: r.system, Current: lost.System,
+		LastLSN: last, LastCommit: at, Err: err}
+}

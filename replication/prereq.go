@@ -1,0 +1,170 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// Open connects with replication=database, checks the prerequisites, creates
+// the publication and slot when missing (as configured) and reads the slot's
+// confirmed position. Prerequisite failures are *PrereqError.
+func Open(ctx context.Context, cfg Config) (*Conn, error) {
+	c, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The identity first: a slot found missing or lost is then known to be
+	// on another WAL history (a failover) or not.
+	if err := c.identify(ctx); err != nil {
+		_ = c.conn.Close(context.Background())
+		return nil, err
+	}
+	if err := c.setup(ctx); err != nil {
+		_ = c.conn.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Conn) setup(ctx context.Context) error {
+	if err := c.checkServer(ctx); err != nil {
+		return err
+	}
+	// The WAL position first, then the OIDs: a change at or after it was
+	// written after the lookup began (see decoder.Config.OIDsReadAt).
+	rows, err := c.query(ctx, "SELECT pg_current_wal_lsn()::text")
+	if err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return errors.New("read the current WAL position: unexpected result")
+	}
+	if c.OIDsReadAt, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
+		return fmt.Errorf("read the current WAL position: %w", err)
+	}
+	c.TableOIDs = make(map[string]uint32, len(c.tables))
+	for _, t := range c.tables {
+		oid, err := c.checkTable(ctx, t)
+		if err != nil {
+			return err
+		}
+		c.TableOIDs[t.String()] = oid
+	}
+	if err := c.ensurePublication(ctx); err != nil {
+		return err
+	}
+	return c.ensureSlot(ctx)
+}
+
+func (c *Conn) checkServer(ctx context.Context) error {
+	rows, err := c.query(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, "+
+		"(SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user), current_user")
+	if err != nil {
+		return fmt.Errorf("check server settings: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 4 {
+		return errors.New("check server settings: unexpected result")
+	}
+	walLevel, version, canReplicate, user := string(rows[0][0]), string(rows[0][1]), string(rows[0][2]), string(rows[0][3])
+	if walLevel != "logical" {
+		return &PrereqError{Check: "wal_level", Problem: fmt.Sprintf("wal_level is %q, logical decoding needs \"logical\"", walLevel),
+			Fix: "run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) and restart Postgres"}
+	}
+	if v := version; len(v) < 6 || v < "140000" {
+		return &PrereqError{Check: "server_version", Problem: "Postgres " + v + " is too old",
+			Fix: "use Postgres 14 or newer (pgoutput messages need 14)"}
+	}
+	c.version, _ = strconv.Atoi(version)
+	if canReplicate != "t" {
+		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
+			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
+	}
+	return nil
+}
+
+// checkTable reports a missing table, else returns its OID.
+func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
+	ls, err := c.lit(t.Quoted())
+	if err != nil {
+		return 0, err
+	}
+	rows, err := c.query(ctx, "SELECT coalesce(to_regclass("+ls+")::oid, 0)")
+	if err != nil {
+		return 0, fmt.Errorf("check table %s: %w", t, err)
+	}
+	var oid uint64
+	if len(rows) == 1 && len(rows[0]) == 1 {
+		oid, _ = strconv.ParseUint(string(rows[0][0]), 10, 32)
+	}
+	if oid == 0 {
+		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
+			Fix:      fmt.Sprintf("create it with walrelay migrate for table %s, or set the outbox table to yours (if you renamed or moved it, to its new name, or rename it back)", t),
+			Settings: []string{"table"}, Err: ErrMissing}
+	}
+	return uint32(oid), nil
+}
+
+// Finding is the outcome of one prerequisite check.
+type Finding struct {
+	Check string // server, table, publication, slot
+	OK    bool
+	Note  string // what was found, or the problem and its fix
+}
+
+// Diagnose runs every prerequisite check without changing anything and
+// returns one finding per check. A missing publication or slot is fine when
+// walrelay would create it. The error is only for failing to connect.
+func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
+	c, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.conn.Close(context.Background())
+	cfg = c.cfg
+
+	var out []Finding
+	add := func(check string, err error, okNote string) {
+		if err != nil {
+			out = append(out, Finding{Check: check, Note: err.Error()})
+			return
+		}
+		out = append(out, Finding{Check: check, OK: true, Note: okNote})
+	}
+	add("server", c.checkServer(ctx), "wal_level=logical, role may replicate")
+	for _, t := range c.tables {
+		_, err := c.checkTable(ctx, t)
+		add("table", err, t.String()+" exists")
+	}
+	pubCfg := *c
+	pubCfg.cfg.NoCreatePublication = true
+	if err := pubCfg.ensurePublication(ctx); err != nil {
+		if errors.Is(err, ErrMissing) && !cfg.NoCreatePublication {
+			if err := c.checkCanCreatePublication(ctx, pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
+				add("publication", err, "")
+			} else {
+				add("publication", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Publication))
+			}
+		} else {
+			add("publication", err, "")
+		}
+	} else {
+		add("publication", nil, fmt.Sprintf("%q includes the outbox tables", cfg.Publication))
+	}
+	slotCfg := *c
+	slotCfg.cfg.NoCreateSlot = true
+	if err := slotCfg.ensureSlot(ctx); err != nil {
+		if errors.Is(err, ErrMissing) && !cfg.NoCreateSlot {
+			add("slot", nil, fmt.Sprintf("%q missing; walrelay run will create it", cfg.Slot))
+		} else {
+			add("slot", err, "")
+		}
+	} else {
+		add("slot", nil, fmt.Sprintf("%q at %s", cfg.Slot, slotCfg.Start))
+	}
+	return out, nil
+}
