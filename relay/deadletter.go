@@ -27,6 +27,7 @@ const (
 	ReasonInvalidTopic     DeadLetterReason = "invalid_topic"
 	ReasonTopicRefused     DeadLetterReason = "topic_refused"
 	ReasonTooLarge         DeadLetterReason = "too_large"
+	ReasonSchemaMismatch   DeadLetterReason = "schema_mismatch"
 )
 
 // deadLetterRule is one reason and what leads to it: a poison the decoder
@@ -54,6 +55,7 @@ var deadLetterReasons = []deadLetterRule{
 	{reason: ReasonInvalidTopic, refusal: sink.ErrInvalidTopic},
 	{reason: ReasonTopicRefused, refusal: sink.ErrTopicRefused},
 	{reason: ReasonTooLarge, refusal: sink.ErrTooLarge},
+	{reason: ReasonSchemaMismatch, refusal: sink.ErrSchemaMismatch},
 }
 
 // poisonReason is the reason of a decoder poison.

@@ -38,6 +38,7 @@ func TestDeadLetterReasonOf(t *testing.T) {
 		{sink.ErrInvalidTopic, ReasonInvalidTopic},
 		{sink.ErrTopicRefused, ReasonTopicRefused},
 		{sink.ErrNoSuchPartition, ReasonBadPartition},
+		{sink.ErrSchemaMismatch, ReasonSchemaMismatch},
 	} {
 		err := &sink.ProduceError{Topic: "t", Err: tc.err}
 		if got, ok := refusalReason(err); !ok || got != tc.want {

@@ -116,9 +116,17 @@ func (k *eosKafka) answer(rng *rand.Rand, fail bool) bool {
 		k.mu.Unlock()
 		return false
 	}
-	i := rng.IntN(len(k.pending))
-	r := k.pending[i]
-	k.pending = slices.Delete(k.pending, i, i+1)
+	var open []*eosRec
+	for _, r := range k.pending {
+		if !r.answered {
+			open = append(open, r)
+		}
+	}
+	if len(open) == 0 {
+		k.mu.Unlock()
+		return false
+	}
+	r := open[rng.IntN(len(open))]
 	r.answered = true
 	if fail {
 		r.err = errRetriableRecord
@@ -128,22 +136,37 @@ func (k *eosKafka) answer(rng *rand.Rand, fail bool) bool {
 		k.failures++
 	}
 	k.mu.Unlock()
+	// As franz-go: the promise runs before the record stops counting as
+	// buffered, so a Flush that returns has seen every answer.
 	r.done(r.err)
+	k.unbuffer(r)
 	return true
+}
+
+// unbuffer removes the answered record r from the pending ones.
+func (k *eosKafka) unbuffer(r *eosRec) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i := slices.Index(k.pending, r); i >= 0 {
+		k.pending = slices.Delete(k.pending, i, i+1)
+	}
 }
 
 // failPending fails every pending record with err (an abort or a closed
 // client fails what is still buffered).
 func (k *eosKafka) failPending(err error) {
 	k.mu.Lock()
-	ps := k.pending
-	k.pending = nil
-	for _, r := range ps {
-		r.answered, r.err = true, err
+	var ps []*eosRec
+	for _, r := range k.pending {
+		if !r.answered {
+			r.answered, r.err = true, err
+			ps = append(ps, r)
+		}
 	}
 	k.mu.Unlock()
 	for _, r := range ps {
 		r.done(err)
+		k.unbuffer(r)
 	}
 }
 

@@ -279,7 +279,11 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 	if errors.As(err, &pe) {
 		topic = pe.Topic
 	}
-	p.log.Warn("kafka unavailable while preparing an event's record; retrying", "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
+	what := "kafka unavailable while preparing an event's record; retrying"
+	if errors.Is(err, sink.ErrRegistryUnavailable) {
+		what = "schema registry unavailable while encoding an event's record; retrying"
+	}
+	p.log.Warn(what, "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
 		"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
 	return sleep(ctx, wait)
 }

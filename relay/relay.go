@@ -79,8 +79,6 @@ func Run(ctx context.Context, opts Options) error {
 		return &OptionError{Option: "MetricsAddr", Err: err}
 	}
 	defer stopHTTP()
-	stopPoll := startSlotPoll(ctx, opts, m)
-	defer stopPoll()
 	stopSpan := startSpanPoll(ctx, opts, reg)
 	defer stopSpan()
 
@@ -107,6 +105,10 @@ func Run(ctx context.Context, opts Options) error {
 	// the events written meanwhile: reconnects never create it.
 	rcfg.NoCreateSlot = true
 	rcfg.SlotMustExist = true
+	// The slot poll starts once the slot is known to exist: before, a
+	// Postgres that cannot be reached would first show as stale metrics.
+	stopPoll := startSlotPoll(ctx, opts, m)
+	defer stopPoll()
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()

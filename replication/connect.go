@@ -103,7 +103,7 @@ func (c *Conn) lit(s string) (string, error) {
 func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return &UnreachableError{Err: err}
 	}
 	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
 	var fix string
@@ -122,7 +122,32 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 		fix = fmt.Sprintf("check the database name in the Postgres DSN; database %q does not exist", db)
 		settings = []string{"postgres-dsn"}
 	default:
-		return fmt.Errorf("connect to postgres: %w", err)
+		return &UnreachableError{Err: err}
 	}
-	return &PrereqError{Check: "connect", Problem: "connect to postgres: " + err.Error(), Fix: fix, Settings: settings, Err: err}
+	return &PrereqError{Check: "connect", Problem: err.Error(), Fix: fix, Settings: settings, Err: err}
 }
+
+// Connect opens an ordinary (not replication) connection to dsn, with
+// failures explained as ExplainConnect does.
+func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	pc, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, ExplainConnect(err, pc, false)
+	}
+	return conn, nil
+}
+
+// UnreachableError is a connection to Postgres that failed before the
+// server answered (refused, unreachable, timed out) or with an error that
+// no setup explains. IsRetryable decides on its cause.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string {
+	return e.Err.Error() + " (check the host and port in the Postgres DSN and that Postgres is up)"
+}
+func (e *UnreachableError) Unwrap() error         { return e.Err }
+func (e *UnreachableError) SettingKeys() []string { return []string{"postgres-dsn"} }

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/sink/schema"
 )
 
 // Header names walrelay sets on every record.
@@ -109,6 +110,11 @@ type Config struct {
 	// restart. A record refused by the cached values re-reads them first
 	// (at most every 100ms per topic). Default 1m.
 	TopicRefreshInterval time.Duration
+	// Schema encodes the values (and optionally keys) of the tables it has
+	// rules for in the Confluent wire format with a schema registry (see
+	// package schema and docs/schema-registry.md). The zero value encodes
+	// nothing.
+	Schema schema.Config
 }
 
 // Validate reports a configuration that cannot work as a *SettingError
@@ -161,6 +167,9 @@ func (c Config) Validate() error {
 	}
 	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
 		return settingErr("topic-partitions", "topic partitions and replication factor must be -1 (broker default) or positive")
+	}
+	if err := c.Schema.Validate(); err != nil {
+		return err // a *schema.SettingError
 	}
 	return c.validateSecurity()
 }
@@ -308,6 +317,8 @@ type Sink struct {
 
 	gate          *gate // adaptive batching; nil when fixed or transactional
 	transactional bool  // WithTransactionalID
+
+	schemas *schema.Encoder // Config.Schema; nil when it has no rules
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
@@ -366,6 +377,9 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		return nil, err
 	}
 	kopts = append(kopts, sec...)
+	if err := s.initSchemas(); err != nil {
+		return nil, err
+	}
 	s.pingOpts = kopts
 	// An EOF on a connection's first read is taken by franz-go for a
 	// configuration error (SASL or TLS missing) and fails the records at
@@ -442,8 +456,10 @@ func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error))
 // ErrTopicRefused (Kafka refuses to create the topic: invalid or colliding
 // name, policy), ErrTopicNotAuthorized, ErrTooLarge (larger than the topic's
 // max.message.bytes, checked on the uncompressed size), ErrNoSuchPartition
-// (its explicit partition does not exist), or ErrKafkaUnavailable (Kafka did
-// not answer; IsRetryable: call again later).
+// (its explicit partition does not exist), ErrSchemaMismatch (the payload
+// or key does not fit its schema, Config.Schema), or ErrKafkaUnavailable or
+// ErrRegistryUnavailable (Kafka or the schema registry did not answer;
+// IsRetryable: call again later).
 //
 // Prepare looks the topic up on its first use, creating it if missing and
 // allowed, and re-reads its partition count and max.message.bytes every
@@ -464,6 +480,9 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	rec, dropped := s.record(topic, ev)
+	if err := s.encodeSchema(ctx, ev, rec); err != nil {
+		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
+	}
 	if err := s.checkSize(ctx, m, rec); err != nil {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}

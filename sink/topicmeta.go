@@ -33,9 +33,11 @@ var ErrTopicRefused = errors.New("kafka refused the topic")
 var ErrTopicNotAuthorized = errors.New("not authorized for the topic")
 
 // IsRetryable reports whether err, from Prepare or PrepareDeadLetter, means
-// Kafka was unavailable: calling again later with the same event may
-// succeed. Every other error is final for the event.
-func IsRetryable(err error) bool { return errors.Is(err, ErrKafkaUnavailable) }
+// Kafka or the schema registry was unavailable: calling again later with the
+// same event may succeed. Every other error is final for the event.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrKafkaUnavailable) || errors.Is(err, ErrRegistryUnavailable)
+}
 
 // missRefreshEvery bounds how often records that a topic's cached partition
 // count or max.message.bytes refuse re-read them before they are refused:

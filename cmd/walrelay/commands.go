@@ -23,7 +23,8 @@ import (
 )
 
 // run is `walrelay run`: the relay until ctx ends or it stops on a failure.
-func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+func run(ctx context.Context, cfg config.Config, c *call) int {
+	log := c.log
 	v, _ := relay.BuildVersion()
 	rc := cfg.Replication()
 	if cfg.Procs > 0 {
@@ -38,18 +39,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 	}
 	if err != nil {
 		err, isConfig := settingError(err)
-		log.Error("walrelay stopped", "error", err.Error())
 		if isConfig {
+			c.invalid(err)
 			return ExitConfig
 		}
+		c.failed("walrelay stopped", err)
 		return ExitFailure
 	}
 	log.Info("walrelay stopped cleanly")
 	return ExitOK
 }
-
-// optionKeys are the configuration keys of the runtime's options.
-var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
 
 // settingError returns err naming the configuration key when a setting
 // caused it (true), else err unchanged (false).
@@ -61,15 +60,26 @@ func settingError(err error) (error, bool) {
 	case errors.As(err, &ce):
 		return err, true
 	case errors.As(err, &oe):
-		key, ok := optionKeys[oe.Option]
-		if !ok {
-			key = oe.Option
-		}
-		return &config.Error{Key: key, Err: oe.Err}, true
+		return config.OptionError(oe), true
 	case errors.As(err, &se):
 		return config.SinkError(se), true
 	}
 	return err, false
+}
+
+// migrateCommand is `walrelay migrate`.
+func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int {
+	return c.result("migrate failed", migrate(ctx, cfg.PostgresDSN, cfg.Table, cfg.Partitioned, c.log))
+}
+
+// statusCommand is `walrelay status`.
+func statusCommand(ctx context.Context, cfg config.StatusConfig, c *call) int {
+	return c.result("status failed", status(ctx, cfg.PostgresDSN, cfg.Slot, c.stdout))
+}
+
+// doctorCommand is `walrelay doctor`.
+func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
+	return doctor(ctx, cfg, c.stdout)
 }
 
 // migrate applies the default migrations to table; with partitioned, the
@@ -154,9 +164,9 @@ func migrateError(ctx context.Context, conn *pgconn.PgConn, schema string, err e
 func status(ctx context.Context, dsn, slot string, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgconn.Connect(cctx, dsn)
+	conn, err := replication.Connect(cctx, dsn)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), slot)
@@ -212,7 +222,8 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 	report := func(name string, err error) {
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %v\n", name, err)
+			// The line names the check; an error that starts with it ("kafka: ...") need not.
+			fmt.Fprintf(w, "FAIL %-11s %s\n", name, strings.TrimPrefix(config.Explain(err), name+": "))
 			return
 		}
 		fmt.Fprintf(w, "ok   %-11s reachable\n", name)
@@ -222,11 +233,15 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		report("postgres", err)
 	}
 	for _, f := range findings {
+		note := f.Note
+		if k, ok := any(f).(interface{ SettingKeys() []string }); ok {
+			note = config.WithSettings(note, k.SettingKeys())
+		}
 		if f.OK {
-			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, f.Note)
+			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, note)
 		} else {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, f.Note)
+			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}
 	}
 	if cfg.MessagePrefix != "" && err == nil {
@@ -248,7 +263,7 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		note, err := checkExactlyOnce(ctx, snk, opts.ExactlyOnce, cfg.KafkaTimeout)
 		if err != nil {
 			failed = true
-			fmt.Fprintf(w, "FAIL %-11s %v\n", "exactly-once", err)
+			fmt.Fprintf(w, "FAIL %-11s %s\n", "exactly-once", config.Explain(err))
 		} else {
 			fmt.Fprintf(w, "ok   %-11s %s\n", "exactly-once", note)
 		}

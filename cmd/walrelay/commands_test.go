@@ -25,8 +25,8 @@ func TestMainUsageAndExitCodes(t *testing.T) {
 		{"run without dsn", []string{"run", "--kafka-brokers", "k:9092"}, nil, ExitConfig, "postgres-dsn"},
 		{"run help", []string{"run", "-h"}, nil, ExitOK, "-postgres-dsn"},
 		{"migrate without dsn", []string{"migrate"}, nil, ExitConfig, "postgres-dsn"},
-		{"migrate bad table", []string{"migrate", "--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--table", "a.b.c"}, nil, ExitFailure, "table"},
-		{"status unreachable", []string{"status", "--postgres-dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=2"}, nil, ExitFailure, "connect to postgres"},
+		{"migrate bad table", []string{"migrate", "--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--table", "a.b.c"}, nil, ExitConfig, "table"},
+		{"status unreachable", []string{"status", "--postgres-dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=2"}, nil, ExitFailure, "check the host and port in the Postgres DSN"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

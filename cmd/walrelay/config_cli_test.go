@@ -36,27 +36,41 @@ func writeFile(t *testing.T, dir, name, content string) string {
 func TestDSNFileEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	dsnFile := writeFile(t, dir, "dsn", "postgres://u:pg-secret@h/db\n")
-	cfg, err := config.LoadPrune(pruneUsage, []string{"--older-than", "72h"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
-	if err != nil || cfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
-		t.Errorf("prune: %v, dsn %q", err, cfg.PostgresDSN)
-	}
-	ccfg, err := config.LoadCutover(cutoverUsage, []string{"--from-slot", "debezium"}, envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile}), io.Discard)
-	if err != nil || ccfg.PostgresDSN != "postgres://u:pg-secret@h/db" {
-		t.Errorf("cutover: %v, dsn %q", err, ccfg.PostgresDSN)
-	}
-	for _, cmd := range []string{"migrate", "status"} {
+	env := envMap(map[string]string{"WALRELAY_POSTGRES_DSN_FILE": dsnFile})
+	for _, cmd := range commands() {
+		s := cmd.settings()
+		if _, ok := config.Value(s, "postgres-dsn-file"); !ok {
+			continue
+		}
+		err := config.Load(cmd.spec, s, argsFor(s, "older-than", "72h", "from-slot", "debezium", "kafka-brokers", "k:9092"), env, io.Discard)
+		if dsn, _ := config.Value(s, "postgres-dsn"); err != nil || dsn != "postgres://u:pg-secret@h/db" {
+			t.Errorf("%s: %v, dsn %q", cmd.spec.Name, err, dsn)
+		}
 		var stderr strings.Builder
-		code := Main(t.Context(), []string{cmd, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
+		code := Main(t.Context(), []string{cmd.spec.Name, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
 		if code != ExitConfig || !strings.Contains(stderr.String(), "postgres-dsn-file") {
-			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd, code, stderr.String())
+			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd.spec.Name, code, stderr.String())
 		}
 	}
 	bad := writeFile(t, dir, "bad", "postgres://u:pg-secret@h:notaport/db")
-	_, err = config.Load("walrelay run", "", []string{"--postgres-dsn-file", bad, "--kafka-brokers", "k:9092"}, envMap(nil), io.Discard)
+	cfg := config.Defaults()
+	err := config.Load(config.Command{Name: "run"}, &cfg, []string{"--postgres-dsn-file", bad, "--kafka-brokers", "k:9092"}, envMap(nil), io.Discard)
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Key != "postgres-dsn" || strings.Contains(err.Error(), "pg-secret") {
 		t.Errorf("bad DSN: %v; want a postgres-dsn error without the password", err)
 	}
+}
+
+// argsFor returns the flags --key value of pairs (key, value, ...) that s
+// takes.
+func argsFor(s config.Settings, pairs ...string) []string {
+	var args []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if _, ok := config.Value(s, pairs[i]); ok {
+			args = append(args, "--"+pairs[i], pairs[i+1])
+		}
+	}
+	return args
 }
 
 // TestRunRefusesUnreadableTLSFiles: a client certificate that does not match
@@ -77,7 +91,7 @@ func TestRunRefusesUnreadableTLSFiles(t *testing.T) {
 	var stderr strings.Builder
 	code := Main(t.Context(), []string{"run", "--postgres-dsn", "postgres://u@127.0.0.1:1/db", "--kafka-brokers", "127.0.0.1:1",
 		"--kafka-tls-cert-file", cert, "--kafka-tls-key-file", wrongKey, "--metrics-addr", ""}, envMap(nil), io.Discard, &stderr)
-	if code != ExitConfig || !strings.Contains(stderr.String(), "invalid config kafka-tls-cert-file") || !strings.Contains(stderr.String(), "private key does not match") {
+	if code != ExitConfig || !strings.Contains(stderr.String(), `"invalid configuration","error":"kafka-tls-cert-file: `) || !strings.Contains(stderr.String(), "private key does not match") {
 		t.Fatalf("run: exit %d, %s; want exit 2 with a kafka-tls-cert-file error about the key", code, stderr.String())
 	}
 }

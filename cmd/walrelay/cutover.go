@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -30,38 +29,17 @@ and --create-slot=false, and drop Debezium's slot with
 which refuses while Debezium runs or walrelay's slot is missing or invalidated.
 Events committed between walrelay's start and Debezium's stop arrive twice:
 consumers deduplicate on the id header. See docs/migrating-from-debezium.md.
-
-Flags:
 `
 
-func cutoverCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	log := newLogger(stderr, "info", "json")
-	cfg, err := config.LoadCutover(cutoverUsage, args, getenv, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
-	}
-	if config.IsUsage(err) {
-		return badFlags(stderr, "cutover", err)
-	}
-	if err != nil {
-		log.Error("invalid configuration", "error", err.Error())
-		return ExitConfig
-	}
+// cutoverCommand is `walrelay cutover`.
+func cutoverCommand(ctx context.Context, cfg config.CutoverConfig, c *call) int {
+	var err error
 	if cfg.DropFromSlot {
-		err = DropFromSlot(ctx, cfg, stdout)
+		err = DropFromSlot(ctx, cfg, c.stdout)
 	} else {
-		err = Cutover(ctx, cfg, stdout)
+		err = Cutover(ctx, cfg, c.stdout)
 	}
-	if err != nil {
-		var ce *config.Error
-		if errors.As(err, &ce) {
-			log.Error("invalid configuration", "error", err.Error())
-			return ExitConfig
-		}
-		log.Error("cutover failed", "error", err.Error(), "slot", cfg.Slot, "from_slot", cfg.FromSlot)
-		return ExitFailure
-	}
-	return ExitOK
+	return c.result("cutover failed", err, "slot", cfg.Slot, "from_slot", cfg.FromSlot)
 }
 
 // cutoverSlot is what cutover reads of a replication slot.
@@ -226,10 +204,10 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 // walrelay's publication and slot (and writes the nudge message).
 func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 
@@ -324,9 +302,9 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	from, err := readSlot(cctx, conn, cfg.FromSlot)

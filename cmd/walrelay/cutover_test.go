@@ -52,7 +52,8 @@ func TestLoadCutoverConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := config.LoadCutover(cutoverUsage, tc.args, envMap(tc.env), io.Discard)
+			c := config.DefaultCutoverConfig()
+			err := config.Load(config.Command{Name: "cutover"}, &c, tc.args, envMap(tc.env), io.Discard)
 			if tc.wantKey == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -70,7 +71,8 @@ func TestLoadCutoverConfig(t *testing.T) {
 
 func TestCutoverHelp(t *testing.T) {
 	var out bytes.Buffer
-	_, err := config.LoadCutover(cutoverUsage, []string{"-h"}, envMap(nil), &out)
+	c := config.DefaultCutoverConfig()
+	err := config.Load(config.Command{Name: "cutover", Usage: cutoverUsage}, &c, []string{"-h"}, envMap(nil), &out)
 	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--drop-from-slot") || !strings.Contains(out.String(), "from-slot") {
 		t.Fatalf("help: err %v, output %q", err, out.String())
 	}

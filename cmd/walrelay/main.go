@@ -4,13 +4,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
@@ -24,134 +24,145 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `walrelay relays transactional-outbox events from Postgres logical replication to Kafka.
+// commands are walrelay's commands, in the order its usage lists them. Each
+// is a name and usage (spec), its settings with their defaults, and what it
+// does with them; config.Load reads the settings of every one the same way.
+func commands() []command {
+	return []command{
+		newCommand(config.Command{Name: "run", Usage: runUsage},
+			"[flags]", "stream outbox inserts to Kafka (the service)", config.Defaults, run),
+		newCommand(config.Command{Name: "migrate", Usage: migrateUsage},
+			"[flags]", "create the outbox table and the walrelay.emit function (idempotent)", config.DefaultMigrateConfig, migrateCommand),
+		newCommand(config.Command{Name: "doctor", Usage: doctorUsage, Groups: doctorGroups, More: doctorMore},
+			"[flags]", "check Postgres and Kafka prerequisites and say how to fix each", config.Defaults, doctorCommand),
+		newCommand(config.Command{Name: "status", Usage: statusUsage},
+			"[flags]", "show the slot's position, lag and retained WAL", config.DefaultStatusConfig, statusCommand),
+		newCommand(config.Command{Name: "prune", Usage: pruneUsage},
+			"[flags]", "delete (or drop partitions of) outbox rows older than --older-than", config.DefaultPruneConfig, pruneCommand),
+		newCommand(config.Command{Name: "cutover", Usage: cutoverUsage},
+			"[flags]", "take over from Debezium's outbox connector without a gap (--from-slot)", config.DefaultCutoverConfig, cutoverCommand),
+		newCommand(config.Command{Name: "version", Usage: versionUsage},
+			"", "print the version", func() config.NoSettings { return config.NoSettings{} }, version),
+	}
+}
 
-Usage:
-  walrelay run     [flags]   stream outbox inserts to Kafka (the service)
-  walrelay migrate [flags]   create the outbox table and the walrelay.emit function (idempotent)
-  walrelay doctor  [flags]   check Postgres and Kafka prerequisites and say how to fix each
-  walrelay status  [flags]   show the slot's position, lag and retained WAL
-  walrelay prune   [flags]   delete (or drop partitions of) outbox rows older than --older-than
-  walrelay cutover [flags]   take over from Debezium's outbox connector without a gap (--from-slot)
-  walrelay version
+// usage is what walrelay prints without a command, or for help.
+func usage(cmds []command) string {
+	var b strings.Builder
+	b.WriteString("walrelay relays transactional-outbox events from Postgres logical replication to Kafka.\n\nUsage:\n")
+	width := len("help [command]")
+	for _, c := range cmds {
+		width = max(width, len(c.spec.Name)+1+len(c.args))
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "  walrelay %-*s   %s\n", width, strings.TrimSpace(c.spec.Name+" "+c.args), c.summary)
+	}
+	fmt.Fprintf(&b, "  walrelay %-*s   %s\n", width, "help [command]", "print this, or the usage of a command")
+	b.WriteString(`
+Run 'walrelay <command> -h' for its settings. Every command reads them the
+same way: a flag --name, the environment variable WALRELAY_NAME (upper case,
+_ for -), or the key name (with _ for -) of the YAML file given by --config or
+WALRELAY_CONFIG, in that order of precedence. One file may serve every
+command: each ignores the keys of the others' settings.
+`)
+	return b.String()
+}
 
-Run 'walrelay <command> -h' for the flags. Every flag can also be set as
-WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or as a key in the --config YAML file.
-`
-
-// Main runs the walrelay command line and returns the exit code.
+// Main runs the walrelay command line and returns the exit code. Logs and
+// errors go to stderr: as text when stderr is a terminal, else as JSON
+// (--log-format overrides).
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return execute(ctx, commands(), args, getenv, streams{stdout: stdout, stderr: stderr, terminal: isTerminal(stderr)})
+}
+
+// execute runs the command of cmds that args name, with the terminal test
+// done.
+func execute(ctx context.Context, cmds []command, args []string, getenv func(string) string, out streams) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(out.stderr, usage(cmds))
 		return ExitConfig
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run", "doctor":
-		cfg, err := config.Load("walrelay "+cmd, commandUsage[cmd], rest, getenv, stdout)
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		if config.IsUsage(err) {
-			return badFlags(stderr, cmd, err)
-		}
-		log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
-		if err != nil {
-			log.Error("invalid configuration", "error", err.Error())
-			return ExitConfig
-		}
-		if cmd == "doctor" {
-			return doctor(ctx, cfg, stdout)
-		}
-		return run(ctx, cfg, log)
-	case "migrate", "status":
-		fs := flag.NewFlagSet("walrelay "+cmd, flag.ContinueOnError)
-		fs.Usage = func() {
-			fmt.Fprint(fs.Output(), commandUsage[cmd])
-			fs.PrintDefaults()
-		}
-		// Built-in defaults only: the environment is applied after parsing, so
-		// -h never shows a value from it (see config.ParseFlagsEnv).
-		dsn := fs.String("postgres-dsn", "", "Postgres connection (env WALRELAY_POSTGRES_DSN)")
-		dsnFile := fs.String("postgres-dsn-file", "", "file holding the Postgres DSN (env WALRELAY_POSTGRES_DSN_FILE)")
-		table := fs.String("table", "public.outbox", "outbox table, schema.name (env WALRELAY_TABLE)")
-		slot := fs.String("slot", "walrelay", "replication slot (env WALRELAY_SLOT)")
-		var partitioned *bool
-		if cmd == "migrate" {
-			partitioned = fs.Bool("partitioned", false,
-				"create the outbox partitioned by day (see migrations/partitioned) (env WALRELAY_PARTITIONED)")
-		}
-		err := config.ParseFlagsEnv(fs, rest, getenv, stdout)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			return ExitOK
-		case config.IsUsage(err):
-			return badFlags(stderr, cmd, err)
-		}
-		log := newLogger(stderr, "info", "json")
-		if err == nil {
-			err = config.ReadSecretFile("postgres-dsn", *dsnFile, dsn)
-		}
-		if err != nil {
-			log.Error("invalid configuration", "error", err.Error())
-			return ExitConfig
-		}
-		if *dsn == "" {
-			log.Error("invalid configuration", "error", (&config.Error{Key: "postgres-dsn", Err: errors.New("required")}).Error())
-			return ExitConfig
-		}
-		if cmd == "migrate" {
-			err = migrate(ctx, *dsn, *table, *partitioned, log)
-		} else {
-			err = status(ctx, *dsn, *slot, stdout)
-		}
-		if err != nil {
-			log.Error(cmd+" failed", "error", err.Error())
-			return ExitFailure
-		}
-		return ExitOK
-	case "prune":
-		return pruneCommand(ctx, rest, getenv, stdout, stderr)
-	case "cutover":
-		return cutoverCommand(ctx, rest, getenv, stdout, stderr)
-	case "version", "--version", "-version":
-		v, rev := relay.BuildVersion()
-		fmt.Fprintln(stdout, "walrelay", v, "revision", rev, runtime.Version())
-		return ExitOK
+	switch args[0] {
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return ExitOK
+		return help(ctx, cmds, args[1:], getenv, out)
+	case "--version", "-version":
+		args = append([]string{"version"}, args[1:]...)
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	if c, rest, ok := find(cmds, args); ok {
+		return c.exec(ctx, rest, getenv, out)
+	}
+	fmt.Fprintf(out.stderr, "unknown command %q\n\n%s", args[0], usage(cmds))
 	return ExitConfig
 }
 
-// commandUsage is what `walrelay <command> -h` prints above the flags.
-var commandUsage = map[string]string{
-	"run": `Usage: walrelay run [flags]
+// find returns the command of cmds whose name (one word, or several as in
+// "dlq redrive") args start with, and the rest of args.
+func find(cmds []command, args []string) (command, []string, bool) {
+	for _, c := range cmds {
+		words := strings.Fields(c.spec.Name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c, args[len(words):], true
+		}
+	}
+	return command{}, nil, false
+}
+
+// help is `walrelay help [command]`: walrelay's usage, or the command's.
+func help(ctx context.Context, cmds []command, args []string, getenv func(string) string, out streams) int {
+	if len(args) == 0 {
+		fmt.Fprint(out.stdout, usage(cmds))
+		return ExitOK
+	}
+	const hint = "run 'walrelay help' for the commands"
+	c, rest, ok := find(cmds, args)
+	switch {
+	case !ok:
+		return badArgs(out.stderr, "help", fmt.Errorf("no command %q", strings.Join(args, " ")), hint)
+	case len(rest) > 0:
+		return badArgs(out.stderr, "help", fmt.Errorf("unexpected argument %q (help takes one command)", rest[0]), hint)
+	}
+	return c.exec(ctx, []string{"-h"}, getenv, out)
+}
+
+// version is `walrelay version`.
+func version(_ context.Context, _ config.NoSettings, c *call) int {
+	v, rev := relay.BuildVersion()
+	fmt.Fprintln(c.stdout, "walrelay", v, "revision", rev, runtime.Version())
+	return ExitOK
+}
+
+const versionUsage = `Usage: walrelay version
+
+Prints walrelay's version, its VCS revision and the Go version it was built with.
+`
+
+const runUsage = `Usage: walrelay run [flags]
 
 Streams outbox inserts from Postgres logical replication to Kafka (the service).
+Only the Postgres DSN and the Kafka brokers are required.
+`
 
-Flags (each also as WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or a key in the --config file):
-`,
-	"doctor": `Usage: walrelay doctor [flags]
+const doctorUsage = `Usage: walrelay doctor [flags]
 
 Checks the Postgres and Kafka prerequisites of 'walrelay run' with the same
 settings, without changing anything, and prints one line per check with the fix.
-Exit codes: 0 all checks pass, 1 a check failed, 2 invalid usage.
+Exit codes: 0 all checks pass, 1 a check failed, 2 invalid usage or configuration.
+`
 
-Flags (each also as WALRELAY_<FLAG_IN_UPPER_SNAKE_CASE> or a key in the --config file):
-`,
-	"migrate": `Usage: walrelay migrate [flags]
+// doctorGroups are the settings doctor's checks use; -h lists those.
+var doctorGroups = []string{config.GroupGeneral, config.GroupPostgres, config.GroupTables, config.GroupKafka,
+	config.GroupSecurity, config.GroupDelivery}
+
+const doctorMore = `doctor also takes every other setting of walrelay run (see 'walrelay run -h'), so
+a run command line or config file works with doctor in its place, and it refuses
+a value run would refuse.`
+
+const migrateUsage = `Usage: walrelay migrate [flags]
 
 Creates the outbox table and the walrelay.emit function (idempotent).
+`
 
-Flags:
-`,
-	"status": `Usage: walrelay status [flags]
+const statusUsage = `Usage: walrelay status [flags]
 
 Shows the replication slot's position, lag and retained WAL.
-
-Flags:
-`,
-}
+`

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -39,37 +37,16 @@ AGE is a Go duration (90m, 72h) or days (3d, 1d12h). On a large plain table,
 an index on the created_at column keeps each batch cheap.
 
 Exit codes: 0 done, 1 failure (batches already committed stay deleted),
-2 invalid usage.
-
-Flags (each also as WALRELAY_<FLAG>, e.g. WALRELAY_OLDER_THAN):
+2 invalid usage or configuration.
 `
 
-// pruneCommand implements `walrelay prune`.
-func pruneCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	log := newLogger(stderr, "info", "json")
-	cfg, err := config.LoadPrune(pruneUsage, args, getenv, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
-	}
-	if config.IsUsage(err) {
-		return badFlags(stderr, "prune", err)
-	}
+// pruneCommand is `walrelay prune`.
+func pruneCommand(ctx context.Context, cfg config.PruneConfig, c *call) int {
+	res, err := Prune(ctx, cfg, c.log)
 	if err != nil {
-		log.Error("invalid configuration", "error", err.Error())
-		return ExitConfig
+		return c.result("prune failed", err, "table", cfg.Table, "rows", res.Rows, "partitions", len(res.Partitions))
 	}
-	res, err := Prune(ctx, cfg, log)
-	if err != nil {
-		var ce *config.Error
-		if errors.As(err, &ce) {
-			log.Error("invalid configuration", "error", err.Error())
-			return ExitConfig
-		}
-		log.Error("prune failed", "error", err.Error(), "table", cfg.Table, "rows", res.Rows,
-			"partitions", len(res.Partitions))
-		return ExitFailure
-	}
-	fmt.Fprintln(stdout, res.String())
+	fmt.Fprintln(c.stdout, res.String())
 	return ExitOK
 }
 
@@ -128,7 +105,7 @@ func (r PruneResult) String() string {
 // is taken from the server's clock. Every batch commits on its own: after an
 // error, or when ctx is cancelled (which aborts the batch in progress), the
 // result counts what was already done. Invalid configuration is reported as
-// a *ConfigError.
+// a *config.Error.
 func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (PruneResult, error) {
 	res := PruneResult{Table: cfg.Table, DryRun: cfg.DryRun}
 	if err := cfg.Validate(); err != nil {
@@ -148,7 +125,7 @@ func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (Prune
 	conn, err := pgx.ConnectConfig(cctx, pcfg)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("connect to postgres: %w", err)
+		return res, replication.ExplainConnect(err, &pcfg.Config, false)
 	}
 	defer conn.Close(context.Background())
 

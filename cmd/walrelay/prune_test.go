@@ -64,7 +64,7 @@ func TestPruneUsage(t *testing.T) {
 			[]string{"one table per run"}},
 		{"bad table", nil, []string{"--postgres-dsn", dsn, "--older-than", "3d", "--table", "a.b.c"}, ExitConfig, []string{"schema.table"}},
 		{"extra argument", nil, []string{"--postgres-dsn", dsn, "--older-than", "3d", "now"}, ExitConfig, []string{"unexpected argument", "now"}},
-		{"unreachable", nil, []string{"--postgres-dsn", dsn, "--older-than", "3d"}, ExitFailure, []string{"prune failed", "connect to postgres"}},
+		{"unreachable", nil, []string{"--postgres-dsn", dsn, "--older-than", "3d"}, ExitFailure, []string{"prune failed", "check the host and port in the Postgres DSN"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stdout, stderr := prune(c.env, c.args...)

@@ -30,7 +30,7 @@ func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note strin
 	defer cancel()
 	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
 	if err != nil {
-		return false, fmt.Sprintf("could not check who may call pg_logical_emit_message: connect to postgres: %v", err)
+		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}
 	defer conn.Close(context.Background())
 	res, err := conn.Exec(cctx, emitMessageACL).ReadAll()
@@ -38,7 +38,7 @@ func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note strin
 		err = fmt.Errorf("unexpected result")
 	}
 	if err != nil {
-		return false, fmt.Sprintf("could not check who may call pg_logical_emit_message: %v", err)
+		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}
 	var public, self []string
 	for _, r := range res[0].Rows {

@@ -90,7 +90,7 @@ set -e
 # No DSN configured: `walrelay run` must refuse with the config exit code and name the key.
 check "in-image entrypoint+cmd without config: exit code" "$rc" 2
 check "in-image entrypoint+cmd without config: names postgres-dsn" \
-	"$(grep -c 'invalid config postgres-dsn' <<<"$out")" 1
+	"$(grep -c 'postgres-dsn: required' <<<"$out")" 1
 
 echo "image: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

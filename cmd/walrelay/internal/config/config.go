@@ -2,28 +2,24 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"sort"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/walrelay/walrelay/checkpoint"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
-// Config is everything `walrelay run` needs. Load fills it from defaults, a
-// YAML file, WALRELAY_* environment variables and flags, in rising priority.
+// Config is everything `walrelay run` and `walrelay doctor` need. Load fills
+// it from defaults, a YAML file, WALRELAY_* environment variables and flags,
+// in rising priority.
 type Config struct {
-	PostgresDSN  string
+	Postgres
+	Logging
 	KafkaBrokers []string
 	Slot         string
 	Publication  string
@@ -74,16 +70,13 @@ type Config struct {
 	BatchMaxBytes    int
 	MaxBufferedBytes int
 
-	LogLevel  string
-	LogFormat string
-	PProf     bool
+	PProf bool
 
 	// Kafka connection security (sink.TLSConfig, sink.SASLConfig) and the
-	// files secrets may be read from instead (see readSecretFiles).
+	// file the SASL password may be read from instead (see ReadSecretFile).
 	KafkaClientID    string
 	KafkaTLS         sink.TLSConfig
 	KafkaSASL        sink.SASLConfig
-	PostgresDSNFile  string
 	SASLPasswordFile string
 	// SlotMetricsInterval is how often pg_replication_slots is read for the
 	// walrelay_slot_* metrics (0 disables). StandbyRetryInterval is the fixed
@@ -137,8 +130,7 @@ func Defaults() Config {
 		BatchMaxBytes:          1 << 20,
 		MaxBufferedBytes:       64 << 20,
 		KafkaClientID:          "walrelay",
-		LogLevel:               "info",
-		LogFormat:              "json",
+		Logging:                defaultLogging(),
 		SlotMetricsInterval:    5 * time.Second,
 		StandbyRetryInterval:   time.Second,
 		Procs:                  1,
@@ -150,191 +142,104 @@ func Defaults() Config {
 	}
 }
 
-func (c *Config) settings() []setting {
-	return []setting{
-		{"postgres-dsn", "Postgres connection (libpq URL or key=value DSN); required", stringVal{&c.PostgresDSN}},
-		{"kafka-brokers", "Kafka seed brokers, comma-separated host:port; required", listVal{&c.KafkaBrokers}},
-		{"slot", "replication slot name", stringVal{&c.Slot}},
-		{"publication", "publication name", stringVal{&c.Publication}},
-		{"table", "outbox table(s), schema.name, comma-separated", listVal{&c.Tables}},
-		{"topic", "topic template; placeholders {aggregate_type}, {event_type}, {table}", stringVal{&c.Topic}},
-		{"columns", "outbox column preset: default or debezium", stringVal{&c.Columns}},
-		{"column-id", "column holding the event id (overrides the preset)", mapVal{c.ColumnMap, "id"}},
-		{"column-aggregate-type", "column holding the aggregate type", mapVal{c.ColumnMap, "aggregate_type"}},
-		{"column-aggregate-id", "column holding the aggregate id (the record key)", mapVal{c.ColumnMap, "aggregate_id"}},
-		{"column-event-type", "column holding the event type", mapVal{c.ColumnMap, "event_type"}},
-		{"column-payload", "column holding the payload (jsonb, json, text or bytea)", mapVal{c.ColumnMap, "payload"}},
-		{"column-headers", "jsonb column whose top-level string entries become headers (none: no such column)", mapVal{c.ColumnMap, "headers"}},
-		{"column-timestamp", "timestamp column used as the record timestamp (none: commit time)", mapVal{c.ColumnMap, "timestamp"}},
-		{"column-partition", "integer column holding an explicit Kafka partition (NULL: by key)", mapVal{c.ColumnMap, "partition"}},
-		{"header-columns", "more columns copied into record headers, comma-separated (may be added to the table later)", listVal{&c.HeaderColumns}},
-		{"message-prefix", "logical message prefix of tableless outbox events, e.g. walrelay.outbox (opt-in; empty, the default, disables)", stringVal{&c.MessagePrefix}},
-		{"cloudevents", "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", boolVal{&c.CloudEvents}},
-		{"cloudevents-source", "ce_source; {table} is replaced by schema.table (or message)", stringVal{&c.CloudEventsSource}},
-		{"content-type", "content-type header in CloudEvents mode", stringVal{&c.ContentType}},
-		{"metrics-addr", "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", stringVal{&c.MetricsAddr}},
-		{"create-slot", "create the replication slot when missing", boolVal{&c.CreateSlot}},
-		{"create-publication", "create the publication when missing", boolVal{&c.CreatePublication}},
-		{"create-topics", "create missing topics (otherwise stop with an error naming the topic)", boolVal{&c.CreateTopics}},
-		{"topic-partitions", "partitions of created topics (-1: broker default)", intVal{&c.TopicPartitions}},
-		{"topic-replication-factor", "replication factor of created topics (-1: broker default)", intVal{&c.TopicReplicationFactor}},
-		{"heartbeat-interval", "interval of transactional heartbeat messages (0 disables)", durVal{&c.HeartbeatInterval}},
-		{"status-interval", "how often a moved confirmed position is reported to Postgres", durVal{&c.StatusInterval}},
-		{"max-in-flight", "cap on records and transactions awaiting Kafka acks (backpressure)", intVal{&c.MaxInFlight}},
-		{"shutdown-timeout", "how long SIGTERM waits for in-flight records", durVal{&c.ShutdownTimeout}},
-		{"kafka-timeout", "how long startup waits for a Kafka broker to answer", durVal{&c.KafkaTimeout}},
-		{"on-poison", "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", stringVal{&c.OnPoison}},
-		{"dlq-topic", "dead-letter topic", stringVal{&c.DLQTopic}},
-		{"compression", "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", stringVal{&c.Compression}},
-		{"batching", "adaptive: produce rounds at least --linger apart, one in flight, a record going out at once when neither is under way; fixed: Kafka's linger, every batch waits --linger (exactly-once always batches fixed)", stringVal{&c.Batching}},
-		{"linger", "adaptive batching: least time between two produce rounds; fixed: how long a partition waits to fill a batch; 0: no wait", durVal{&c.Linger}},
-		{"batch-max-bytes", "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", sizeVal{&c.BatchMaxBytes}},
-		{"max-buffered-bytes", "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", sizeVal{&c.MaxBufferedBytes}},
-		{"log-level", "debug, info, warn or error", stringVal{&c.LogLevel}},
-		{"log-format", "json or text", stringVal{&c.LogFormat}},
-		{"pprof", "serve Go profiles under /debug/pprof/ on the metrics address", boolVal{&c.PProf}},
-		{"postgres-dsn-file", "file holding the Postgres DSN (instead of --postgres-dsn)", stringVal{&c.PostgresDSNFile}},
-		{"kafka-client-id", "Kafka client id (broker logs, quotas, ACL audit)", stringVal{&c.KafkaClientID}},
-		{"kafka-tls", "connect to the brokers with TLS (system roots unless --kafka-tls-ca-file)", boolVal{&c.KafkaTLS.Enabled}},
-		{"kafka-tls-ca-file", "PEM file of the CA(s) that sign the brokers' certificates; implies TLS", stringVal{&c.KafkaTLS.CAFile}},
-		{"kafka-tls-cert-file", "PEM client certificate for mTLS (with --kafka-tls-key-file); implies TLS", stringVal{&c.KafkaTLS.CertFile}},
-		{"kafka-tls-key-file", "PEM private key of --kafka-tls-cert-file", stringVal{&c.KafkaTLS.KeyFile}},
-		{"kafka-tls-server-name", "name checked against the brokers' certificates instead of the broker host; implies TLS", stringVal{&c.KafkaTLS.ServerName}},
-		{"kafka-tls-insecure-skip-verify", "accept any broker certificate (tests only; logs a warning); implies TLS", boolVal{&c.KafkaTLS.InsecureSkipVerify}},
-		{"sasl-mechanism", "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (empty: none)", stringVal{&c.KafkaSASL.Mechanism}},
-		{"sasl-username", "SASL username (PLAIN, SCRAM)", stringVal{&c.KafkaSASL.Username}},
-		{"sasl-password", "SASL password (PLAIN, SCRAM); prefer --sasl-password-file or the env var", stringVal{&c.KafkaSASL.Password}},
-		{"sasl-password-file", "file holding the SASL password", stringVal{&c.SASLPasswordFile}},
-		{"sasl-oauth-token-file", "file holding the OAUTHBEARER token, read again on every authentication", stringVal{&c.KafkaSASL.OAuthTokenFile}},
-		{"slot-metrics-interval", "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", durVal{&c.SlotMetricsInterval}},
-		{"standby-retry-interval", "fixed wait between tries of a slot another process holds (standby)", durVal{&c.StandbyRetryInterval}},
-		{"procs", "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", intVal{&c.Procs}},
-		{"slot-failover", "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", boolVal{&c.SlotFailover}},
-		{"delivery", "at-least-once or exactly-once (Kafka transactions; consumers must read with isolation.level=read_committed)", stringVal{&c.Delivery}},
-		{"transactional-id", "exactly-once: Kafka transactional.id (default walrelay-<slot>; every instance of a slot must use the same)", stringVal{&c.TransactionalID}},
-		{"checkpoint-topic", "exactly-once: compacted topic of the committed checkpoints (created if missing)", stringVal{&c.CheckpointTopic}},
-		{"checkpoint-replication-factor", "exactly-once: replication factor of a created checkpoint topic (-1: broker default)", intVal{&c.CheckpointReplicationFactor}},
-		{"txn-commit-interval", "exactly-once: how long a Kafka transaction stays open before it is committed at the next Postgres transaction end", durVal{&c.TxnCommitInterval}},
-		{"txn-max-records", "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: twice --max-in-flight)", intVal{&c.TxnMaxRecords}},
-	}
-}
-
-// readSecretFiles replaces each secret with the contents of its -file
-// setting, when set. Trailing newlines are not part of the secret. Setting
-
-// Load builds the configuration of `walrelay run` or `walrelay doctor` (name,
-// e.g. "walrelay run") from args (flags, without the subcommand), the
-// environment (getenv) and the YAML file named by --config or
-// WALRELAY_CONFIG, in rising priority over the defaults. It validates the
-// result. -h prints usage and the flags to help and returns flag.ErrHelp.
-func Load(name, usage string, args []string, getenv func(string) string, help io.Writer) (Config, error) {
-	cfg := Defaults()
+// envDefaults: Go's own GOMAXPROCS variable, when set, wins over the default
+// of procs.
+func (c *Config) envDefaults(getenv func(string) string) {
 	if getenv("GOMAXPROCS") != "" {
-		cfg.Procs = 0 // Go's own variable, when set, wins over the default
+		c.Procs = 0
 	}
-	fs := newFlagSet(name, usage)
-	// No flag default comes from the environment: -h prints the defaults,
-	// and an environment value may be a secret.
-	configFile := fs.String("config", "", "YAML config file (keys as the flags, with _ for -) (env WALRELAY_CONFIG)")
-	// Flags are parsed into a scratch Config first, then applied last.
-	scratch := Defaults()
-	for _, s := range scratch.settings() {
-		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
-	}
-	if err := ParseFlags(fs, args, help); err != nil {
-		return Config{}, err
-	}
-	if !setFlags(fs)["config"] {
-		*configFile = getenv("WALRELAY_CONFIG")
-	}
-	byName := map[string]setting{}
-	for _, s := range cfg.settings() {
-		byName[s.name] = s
-	}
-	if *configFile != "" {
-		if err := applyYAML(*configFile, byName, &cfg); err != nil {
-			return Config{}, err
-		}
-	}
-	for _, s := range cfg.settings() {
-		if v := getenv(s.env()); v != "" {
-			if err := s.value.Set(v); err != nil {
-				return Config{}, &Error{Key: s.name, Source: "env " + s.env(), Err: err}
-			}
-		}
-	}
-	var ferr error
-	fs.Visit(func(f *flag.Flag) {
-		if s, ok := byName[f.Name]; ok && ferr == nil {
-			if err := s.value.Set(f.Value.String()); err != nil {
-				ferr = &Error{Key: s.name, Source: "flag", Err: err}
-			}
-		}
-	})
-	if ferr != nil {
-		return Config{}, ferr
-	}
-	if err := cfg.readSecretFiles(); err != nil {
-		return Config{}, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
 }
 
-// readSecretFiles replaces each secret with the contents of its -file
-// setting, when set (see ReadSecretFile).
-func (c *Config) readSecretFiles() error {
-	if err := ReadSecretFile("postgres-dsn", c.PostgresDSNFile, &c.PostgresDSN); err != nil {
-		return err
-	}
-	return ReadSecretFile("sasl-password", c.SASLPasswordFile, &c.KafkaSASL.Password)
-}
-
-func applyYAML(path string, byName map[string]setting, cfg *Config) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return &Error{Key: "config", Source: "flag", Err: err}
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return &Error{Key: "config", Source: path, Err: fmt.Errorf("not valid YAML: %w", err)}
-	}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if k == "tables" {
-			if err := tableSpecsFromYAML(raw[k], cfg); err != nil {
-				return &Error{Key: "tables", Source: path, Err: err}
-			}
-			continue
+// settings are the settings of walrelay run (and doctor), in the order -h
+// lists them under their groups.
+func (c *Config) settings() []setting {
+	g := func(group string, ss ...setting) []setting {
+		for i := range ss {
+			ss[i].group = group
 		}
-		s, ok := byName[strings.ReplaceAll(k, "_", "-")]
-		if !ok {
-			return &Error{Key: "config", Source: path, Err: fmt.Errorf("unknown key %q", k)}
-		}
-		var v string
-		switch x := raw[k].(type) {
-		case []any:
-			parts := make([]string, len(x))
-			for i, p := range x {
-				parts[i] = fmt.Sprint(p)
-			}
-			v = strings.Join(parts, ",")
-		case nil:
-			v = ""
-		default:
-			v = fmt.Sprint(x)
-		}
-		if err := s.value.Set(v); err != nil {
-			return &Error{Key: s.name, Source: path, Err: err}
-		}
+		return ss
 	}
-	return nil
+	ss := c.loggingSettings()
+	ss = append(ss, c.postgresSettings()...)
+	ss = append(ss, g(GroupPostgres,
+		slotSetting(&c.Slot, "replication slot name"),
+		setting{name: "publication", usage: "publication name", value: stringVal{&c.Publication}},
+		setting{name: "create-slot", usage: "create the replication slot when missing", value: boolVal{&c.CreateSlot}},
+		setting{name: "create-publication", usage: "create the publication when missing", value: boolVal{&c.CreatePublication}},
+		setting{name: "slot-failover", usage: "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", value: boolVal{&c.SlotFailover}},
+	)...)
+	ss = append(ss, g(GroupTables,
+		setting{name: "table", usage: "outbox table(s), schema.name, comma-separated", value: listVal{&c.Tables}},
+		setting{name: "tables", usage: "list of {name, columns, column_map, header_columns, topic}: several outbox tables, each with its own mapping and topic (replaces table, columns and the column settings)",
+			value: tablesVal{&c.TableSpecs}, yamlOnly: true},
+		setting{name: "columns", usage: "outbox column preset: default or debezium", value: stringVal{&c.Columns}},
+		setting{name: "column-id", usage: "column holding the event id (overrides the preset)", value: mapVal{c.ColumnMap, "id"}},
+		setting{name: "column-aggregate-type", usage: "column holding the aggregate type", value: mapVal{c.ColumnMap, "aggregate_type"}},
+		setting{name: "column-aggregate-id", usage: "column holding the aggregate id (the record key)", value: mapVal{c.ColumnMap, "aggregate_id"}},
+		setting{name: "column-event-type", usage: "column holding the event type", value: mapVal{c.ColumnMap, "event_type"}},
+		setting{name: "column-payload", usage: "column holding the payload (jsonb, json, text or bytea)", value: mapVal{c.ColumnMap, "payload"}},
+		setting{name: "column-headers", usage: "jsonb column whose top-level string entries become headers (none: no such column)", value: mapVal{c.ColumnMap, "headers"}},
+		setting{name: "column-timestamp", usage: "timestamp column used as the record timestamp (none: commit time)", value: mapVal{c.ColumnMap, "timestamp"}},
+		setting{name: "column-partition", usage: "integer column holding an explicit Kafka partition (NULL: by key)", value: mapVal{c.ColumnMap, "partition"}},
+		setting{name: "header-columns", usage: "more columns copied into record headers, comma-separated (may be added to the table later)", value: listVal{&c.HeaderColumns}},
+		setting{name: "message-prefix", usage: "logical message prefix of tableless outbox events, e.g. walrelay.outbox (opt-in; empty, the default, disables)", value: stringVal{&c.MessagePrefix}},
+	)...)
+	ss = append(ss, g(GroupKafka,
+		setting{name: "kafka-brokers", usage: "Kafka seed brokers, comma-separated host:port; required", value: listVal{&c.KafkaBrokers}},
+		setting{name: "kafka-client-id", usage: "Kafka client id (broker logs, quotas, ACL audit)", value: stringVal{&c.KafkaClientID}},
+		setting{name: "kafka-timeout", usage: "how long startup waits for a Kafka broker to answer", value: durVal{&c.KafkaTimeout}},
+	)...)
+	ss = append(ss, g(GroupSecurity,
+		setting{name: "kafka-tls", usage: "connect to the brokers with TLS (system roots unless --kafka-tls-ca-file)", value: boolVal{&c.KafkaTLS.Enabled}},
+		setting{name: "kafka-tls-ca-file", usage: "PEM file of the CA(s) that sign the brokers' certificates; implies TLS", value: stringVal{&c.KafkaTLS.CAFile}},
+		setting{name: "kafka-tls-cert-file", usage: "PEM client certificate for mTLS (with --kafka-tls-key-file); implies TLS", value: stringVal{&c.KafkaTLS.CertFile}},
+		setting{name: "kafka-tls-key-file", usage: "PEM private key of --kafka-tls-cert-file", value: stringVal{&c.KafkaTLS.KeyFile}},
+		setting{name: "kafka-tls-server-name", usage: "name checked against the brokers' certificates instead of the broker host; implies TLS", value: stringVal{&c.KafkaTLS.ServerName}},
+		setting{name: "kafka-tls-insecure-skip-verify", usage: "accept any broker certificate (tests only; logs a warning); implies TLS", value: boolVal{&c.KafkaTLS.InsecureSkipVerify}},
+		setting{name: "sasl-mechanism", usage: "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (empty: none)", value: stringVal{&c.KafkaSASL.Mechanism}},
+		setting{name: "sasl-username", usage: "SASL username (PLAIN, SCRAM)", value: stringVal{&c.KafkaSASL.Username}},
+		setting{name: "sasl-password", usage: "SASL password (PLAIN, SCRAM); prefer --sasl-password-file or the environment", value: stringVal{&c.KafkaSASL.Password}},
+		setting{name: "sasl-password-file", usage: "file holding the SASL password (trailing newlines ignored)", value: stringVal{&c.SASLPasswordFile}, secretOf: "sasl-password"},
+		setting{name: "sasl-oauth-token-file", usage: "file holding the OAUTHBEARER token, read again on every authentication", value: stringVal{&c.KafkaSASL.OAuthTokenFile}},
+	)...)
+	ss = append(ss, g(GroupDelivery,
+		setting{name: "delivery", usage: "at-least-once or exactly-once (Kafka transactions; consumers must read with isolation.level=read_committed)", value: stringVal{&c.Delivery}},
+		setting{name: "transactional-id", usage: "exactly-once: Kafka transactional.id (default walrelay-<slot>; every instance of a slot must use the same)", value: stringVal{&c.TransactionalID}},
+		setting{name: "checkpoint-topic", usage: "exactly-once: compacted topic of the committed checkpoints (created if missing)", value: stringVal{&c.CheckpointTopic}},
+		setting{name: "checkpoint-replication-factor", usage: "exactly-once: replication factor of a created checkpoint topic (-1: broker default)", value: intVal{&c.CheckpointReplicationFactor}},
+		setting{name: "txn-commit-interval", usage: "exactly-once: how long a Kafka transaction stays open before it is committed at the next Postgres transaction end", value: durVal{&c.TxnCommitInterval}},
+		setting{name: "txn-max-records", usage: "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: twice --max-in-flight)", value: intVal{&c.TxnMaxRecords}},
+	)...)
+	ss = append(ss, g(GroupRecords,
+		setting{name: "topic", usage: "topic template; placeholders {aggregate_type}, {event_type}, {table}", value: stringVal{&c.Topic}},
+		setting{name: "create-topics", usage: "create missing topics (otherwise stop with an error naming the topic)", value: boolVal{&c.CreateTopics}},
+		setting{name: "topic-partitions", usage: "partitions of created topics (-1: broker default)", value: intVal{&c.TopicPartitions}},
+		setting{name: "topic-replication-factor", usage: "replication factor of created topics (-1: broker default)", value: intVal{&c.TopicReplicationFactor}},
+		setting{name: "on-poison", usage: "what to do with an event Kafka can never accept: dlq (dead-letter topic) or stop", value: stringVal{&c.OnPoison}},
+		setting{name: "dlq-topic", usage: "dead-letter topic", value: stringVal{&c.DLQTopic}},
+		setting{name: "cloudevents", usage: "add CloudEvents binary-mode headers (ce_id, ce_type, ce_source, ce_time, ce_specversion, content-type)", value: boolVal{&c.CloudEvents}},
+		setting{name: "cloudevents-source", usage: "ce_source; {table} is replaced by schema.table (or message)", value: stringVal{&c.CloudEventsSource}},
+		setting{name: "content-type", usage: "content-type header in CloudEvents mode", value: stringVal{&c.ContentType}},
+	)...)
+	ss = append(ss, g(GroupBatching,
+		setting{name: "compression", usage: "Kafka batch compression: none, gzip, snappy, lz4, zstd (fastest level)", value: stringVal{&c.Compression}},
+		setting{name: "batching", usage: "adaptive: produce rounds at least --linger apart, one in flight, a record going out at once when neither is under way; fixed: Kafka's linger, every batch waits --linger (exactly-once always batches fixed)", value: stringVal{&c.Batching}},
+		setting{name: "linger", usage: "adaptive batching: least time between two produce rounds; fixed: how long a partition waits to fill a batch; 0: no wait", value: durVal{&c.Linger}},
+		setting{name: "batch-max-bytes", usage: "largest record batch (bytes, or with a unit: 1MiB, 512KiB, 1MB)", value: sizeVal{&c.BatchMaxBytes}},
+		setting{name: "max-buffered-bytes", usage: "cap on bytes of records awaiting Kafka acks (e.g. 64MiB)", value: sizeVal{&c.MaxBufferedBytes}},
+		setting{name: "max-in-flight", usage: "cap on records and transactions awaiting Kafka acks (backpressure)", value: intVal{&c.MaxInFlight}},
+	)...)
+	ss = append(ss, g(GroupService,
+		setting{name: "heartbeat-interval", usage: "interval of transactional heartbeat messages (0 disables)", value: durVal{&c.HeartbeatInterval}},
+		setting{name: "status-interval", usage: "how often a moved confirmed position is reported to Postgres", value: durVal{&c.StatusInterval}},
+		setting{name: "standby-retry-interval", usage: "fixed wait between tries of a slot another process holds (standby)", value: durVal{&c.StandbyRetryInterval}},
+		setting{name: "slot-metrics-interval", usage: "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", value: durVal{&c.SlotMetricsInterval}},
+		setting{name: "shutdown-timeout", usage: "how long SIGTERM waits for in-flight records", value: durVal{&c.ShutdownTimeout}},
+		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
+		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
+		setting{name: "procs", usage: "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", value: intVal{&c.Procs}},
+	)...)
+	return ss
 }
 
 // Validate checks every key and the combination, with a message naming the
@@ -346,7 +251,6 @@ func (c Config) Validate() error {
 		broken bool
 		why    string
 	}{
-		{"postgres-dsn", c.PostgresDSN == "", "required, e.g. postgres://walrelay@db:5432/app (or --postgres-dsn-file)"},
 		{"kafka-brokers", len(c.KafkaBrokers) == 0, "required, e.g. kafka1:9092,kafka2:9092"},
 		{"message-prefix", c.MessagePrefix == relay.HeartbeatPrefix, fmt.Sprintf("%q is reserved for heartbeats", c.MessagePrefix)},
 		{"max-in-flight", c.MaxInFlight < 2, fmt.Sprintf("must be at least 2, got %d", c.MaxInFlight)},
@@ -360,28 +264,19 @@ func (c Config) Validate() error {
 		{"topic-replication-factor", c.TopicReplicationFactor == 0 || c.TopicReplicationFactor < -1 || c.TopicReplicationFactor > 32767,
 			fmt.Sprintf("must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)},
 		{"on-poison", c.OnPoison != relay.OnPoisonDLQ && c.OnPoison != relay.OnPoisonStop, fmt.Sprintf("must be dlq or stop, got %q", c.OnPoison)},
-		{"log-level", !validLevel(c.LogLevel), fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)},
-		{"log-format", c.LogFormat != "json" && c.LogFormat != "text", fmt.Sprintf("must be json or text, got %q", c.LogFormat)},
 		{"slot-metrics-interval", c.SlotMetricsInterval < 0, "must not be negative (0 disables)"},
 		{"standby-retry-interval", c.StandbyRetryInterval <= 0, "must be positive"},
 		{"procs", c.Procs < 0 || c.Procs > 1024, fmt.Sprintf("must be between 0 and 1024, got %d", c.Procs)},
+	}
+	if err := c.Postgres.validate(); err != nil {
+		return err
 	}
 	for _, r := range rules {
 		if r.broken {
 			return invalid(r.key, "%s", r.why)
 		}
 	}
-	for _, check := range []func() error{c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink} {
-		if err := check(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func validLevel(s string) bool {
-	_, err := ParseLevel(s)
-	return err == nil
+	return firstError(c.Logging.validate, c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
 }
 
 // validateTables checks the column preset and map, the outbox tables and
@@ -447,14 +342,7 @@ func (c Config) validateDecoder() error {
 
 // validateReplication maps what the replication configuration refuses to
 // the key that sets it.
-func (c Config) validateReplication() error {
-	err := c.Replication().Validate()
-	var se *replication.SettingError
-	if errors.As(err, &se) {
-		return &Error{Key: se.Setting, Err: se.Err}
-	}
-	return err
-}
+func (c Config) validateReplication() error { return validateReplication(c.Replication()) }
 
 // validateSink maps what the sink configuration refuses to the key that
 // sets it.
@@ -475,7 +363,7 @@ var sinkKeys = map[string]string{
 
 // SinkError returns err, a *sink.SettingError from the sink's Validate or
 // New (a TLS or secret file that cannot be read), as an *Error naming the
-// key; other errors unchanged.
+// settings; other errors unchanged.
 func SinkError(err error) error {
 	var se *sink.SettingError
 	if !errors.As(err, &se) {
@@ -489,8 +377,22 @@ func SinkError(err error) error {
 	default:
 		key = "kafka-" + se.Setting
 	}
-	return &Error{Key: key, Err: se.Err}
+	return keyedError(se, key, se.Err)
 }
+
+// OptionError returns oe, a *relay.OptionError, as an *Error naming the
+// settings: those oe names (SettingKeys), else the key of its Options field.
+func OptionError(oe *relay.OptionError) *Error {
+	key, ok := optionKeys[oe.Option]
+	if !ok {
+		key = oe.Option
+	}
+	return keyedError(oe, key, oe.Err)
+}
+
+// optionKeys are the configuration keys of the runtime's options whose
+// names are not the key.
+var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
 
 func columnPreset(name string) (decoder.Columns, error) {
 	switch name {

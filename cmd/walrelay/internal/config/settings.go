@@ -10,14 +10,27 @@ import (
 	"strings"
 )
 
-// setting binds one configuration key to its flag, env var and YAML key.
+// setting binds one configuration key to a field of a command's
+// configuration: the flag --<name>, the environment variable EnvName(name)
+// and the YAML key YAMLKey(name) of the --config file.
 type setting struct {
-	name  string // flag name; env WALRELAY_<NAME_UPPER>; yaml <name with _>
+	name  string
+	group string // heading -h lists it under
 	usage string
 	value flag.Value
+	// secretOf names the secret this setting is the file of: the file's
+	// contents become that setting's value (see ReadSecretFile).
+	secretOf string
+	// yamlOnly: only a key of the --config file (no flag, no environment
+	// variable); value implements yamlValue.
+	yamlOnly bool
 }
 
-func (s setting) env() string { return EnvName(s.name) }
+// yamlValue is a setting's value that the --config file sets from YAML
+// (a list of maps, say) rather than from a string.
+type yamlValue interface {
+	setYAML(v any) error
+}
 
 // EnvName is the environment variable of the setting key: WALRELAY_ and the
 // key in upper case with _ for -.
@@ -25,29 +38,65 @@ func EnvName(key string) string {
 	return "WALRELAY_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
 }
 
-// usageKey is the Error.Key of a command line walrelay cannot parse.
-const usageKey = "flags"
+// YAMLKey is the key of the setting in the --config file: the setting key
+// with _ for - (the file may also spell it with -).
+func YAMLKey(key string) string { return strings.ReplaceAll(key, "-", "_") }
 
-// Error is a configuration value walrelay refuses, naming the key and where
-// it can be set.
+// usageKey is the Error.Key of a command line walrelay cannot parse;
+// configKey the key of the --config file itself.
+const (
+	usageKey  = "flags"
+	configKey = "config"
+)
+
+// Error is a configuration value walrelay refuses: Key names the setting,
+// Source where the value came from, Err why. Its message starts with the key;
+// Explain adds where the setting is set (SettingKeys).
 type Error struct {
 	Key    string
-	Source string // flag, env, yaml file, or "" when the combination is wrong
+	Source string // "env WALRELAY_X", the --config file's path, or "" (a flag, or the combination is wrong)
 	Err    error
+	// Also are more settings the refusal concerns (a library error that
+	// named several), after Key.
+	Also []string
 }
 
 func (e *Error) Error() string {
-	if e.Key == usageKey {
+	switch {
+	case e.Key == usageKey:
 		return fmt.Sprintf("invalid command line: %v", e.Err)
+	case e.Key == configKey && e.Source != "":
+		return fmt.Sprintf("config file %s: %v", e.Source, e.Err)
+	case e.Key == configKey:
+		return fmt.Sprintf("config file: %v", e.Err)
+	case e.Source != "":
+		return fmt.Sprintf("%s (from %s): %v", e.Key, e.Source, e.Err)
 	}
-	where := fmt.Sprintf("--%s / %s", e.Key, EnvName(e.Key))
-	if e.Source != "" {
-		return fmt.Sprintf("invalid config %s (from %s): %v; set %s", e.Key, e.Source, e.Err, where)
-	}
-	return fmt.Sprintf("invalid config %s: %v; set %s", e.Key, e.Err, where)
+	return fmt.Sprintf("%s: %v", e.Key, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// SettingKeys names the setting refused; none for a command line that does
+// not parse, or for the --config file itself (its message names the file).
+func (e *Error) SettingKeys() []string {
+	if e.Key == usageKey || e.Key == configKey {
+		return nil
+	}
+	return append([]string{e.Key}, e.Also...)
+}
+
+// keyedError returns lib, a library error that refused a setting, as an
+// *Error with cause as its reason, naming the settings lib names
+// (SettingKeys, first the main one), or fallback when it names none.
+func keyedError(lib error, fallback string, cause error) *Error {
+	if k, ok := lib.(settingKeyer); ok {
+		if keys := k.SettingKeys(); len(keys) > 0 {
+			return &Error{Key: keys[0], Also: keys[1:], Err: cause}
+		}
+	}
+	return &Error{Key: fallback, Err: cause}
+}
 
 // invalid returns the *Error for key with a formatted reason.
 func invalid(key, format string, a ...any) *Error {
@@ -91,56 +140,6 @@ func ParseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
 	return nil
 }
 
-// newFlagSet returns the flag set of a command whose -h prints usage, then
-// the flags.
-func newFlagSet(name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// ParseFlagsEnv parses args into fs like ParseFlags, then sets every flag
-// the command line left unset from its WALRELAY_* variable (EnvName of the
-// flag's name), so the command line wins over the environment. The
-// environment is read only after parsing: what -h prints as a flag's default
-// is the built-in default, never a value from the environment, which may be a
-// secret (a DSN with its password).
-func ParseFlagsEnv(fs *flag.FlagSet, args []string, getenv func(string) string, help io.Writer) error {
-	if err := ParseFlags(fs, args, help); err != nil {
-		return err
-	}
-	set := setFlags(fs)
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(EnvName(f.Name)); v != "" && !set[f.Name] && err == nil {
-			if e := f.Value.Set(v); e != nil {
-				err = &Error{Key: f.Name, Source: "env " + EnvName(f.Name), Err: e}
-			}
-		}
-	})
-	return err
-}
-
-// setFlags reports the flags the command line set.
-func setFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
-}
-
-// load sets settings from the flags in args, then the environment under them
-// (name and usage are the command's, for -h). The caller validates.
-func load(name, usage string, settings []setting, args []string, getenv func(string) string, help io.Writer) error {
-	fs := newFlagSet(name, usage)
-	for _, s := range settings {
-		fs.Var(s.value, s.name, s.usage+" (env "+s.env()+")")
-	}
-	return ParseFlagsEnv(fs, args, getenv, help)
-}
-
 // ReadSecretFile sets *dst to the contents of path (without trailing
 // newlines) when path is set; key names the secret's setting. Setting a
 // secret both directly and by file is an error.
@@ -149,7 +148,7 @@ func ReadSecretFile(key, path string, dst *string) error {
 		return nil
 	}
 	if *dst != "" {
-		return invalid(key+"-file", "both --%s and --%s-file are set; keep one", key, key)
+		return invalid(key+"-file", "both %s and %s-file are set (by a flag, the environment or the config file); keep one", key, key)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

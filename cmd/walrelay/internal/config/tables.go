@@ -30,22 +30,47 @@ type TableSpec struct {
 // columnRoles are the keys of a column map.
 var columnRoles = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "timestamp", "partition"}
 
-func tableSpecsFromYAML(v any, cfg *Config) error {
+// tablesVal is the YAML key tables.
+type tablesVal struct{ p *[]TableSpec }
+
+func (v tablesVal) String() string {
+	if v.p == nil {
+		return ""
+	}
+	names := make([]string, len(*v.p))
+	for i, t := range *v.p {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func (v tablesVal) Set(string) error {
+	return errors.New("is a list of tables, only in the --config file")
+}
+
+func (v tablesVal) setYAML(y any) error {
+	specs, err := tableSpecsFromYAML(y)
+	if err == nil {
+		*v.p = specs
+	}
+	return err
+}
+
+func tableSpecsFromYAML(v any) ([]TableSpec, error) {
 	b, err := yaml.Marshal(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var specs []TableSpec
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&specs); err != nil {
-		return fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic}: %w", err)
+		return nil, fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic}: %w", err)
 	}
 	if len(specs) == 0 {
-		return errors.New("is empty")
+		return nil, errors.New("is empty")
 	}
-	cfg.TableSpecs = specs
-	return nil
+	return specs, nil
 }
 
 // resolvedTable is one outbox table ready for the stages.

@@ -1,0 +1,26 @@
+// Package config holds the settings of every walrelay command and the one
+// loader that reads them.
+//
+// Each command has a configuration type (Config for run and doctor,
+// PruneConfig, CutoverConfig, MigrateConfig, StatusConfig, NoSettings for
+// version) that lists its settings: a key, the group -h lists it under, a
+// usage line and the field it sets. Load reads them all the same way:
+//
+//   - a setting key (slot) is the flag --slot, the environment variable
+//     WALRELAY_SLOT and the key slot of the YAML file named by --config or
+//     WALRELAY_CONFIG (postgres-dsn is postgres_dsn there);
+//   - a flag beats the environment, which beats the file, which beats the
+//     default;
+//   - a secret (postgres-dsn, sasl-password) may come from the file its
+//     -file setting names; setting both is refused;
+//   - the file may hold the settings of every command: a command ignores the
+//     keys of the others' settings and refuses a key no command has;
+//   - -h prints built-in defaults only, never a value from the environment or
+//     the file (a DSN there may hold a password).
+//
+// The libraries (replication, sink, relay) name settings by key, never as a
+// flag or an environment variable: an error that concerns settings has a
+// method SettingKeys() []string, the main key first. Explain renders an
+// error with the flag, variable and file key of each setting its chain
+// names; the command prints every error through it.
+package config
