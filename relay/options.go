@@ -51,6 +51,13 @@ type Options struct {
 	// ExactlyOnce turns on Kafka transactions; nil is at-least-once.
 	ExactlyOnce *ExactlyOnce
 
+	// AcceptSlotLoss lets Run create a missing slot in exactly-once mode
+	// even though the slot's checkpoint shows that walrelay delivered from
+	// a slot of that name before (slotguard.go): the events committed
+	// between the loss and the new slot are then never sent. Without it
+	// Run stops with a *SlotLostError.
+	AcceptSlotLoss bool
+
 	// OutboxSpan turns on the walrelay_outbox_* metrics (the outbox
 	// tables' retained span, retention.go); nil: off.
 	OutboxSpan *OutboxSpanOptions

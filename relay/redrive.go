@@ -101,6 +101,16 @@ type RedriveResult struct {
 	Deferred int64
 }
 
+// DeadLetterReasons returns every dead-letter reason, in the order the
+// pipeline checks them (what RedriveOptions.Reasons may hold).
+func DeadLetterReasons() []DeadLetterReason {
+	out := make([]DeadLetterReason, len(deadLetterReasons))
+	for i, r := range deadLetterReasons {
+		out[i] = r.reason
+	}
+	return out
+}
+
 // maxLeft is the most records left behind (not redriven) above the
 // committed offset that a partition's commit metadata remembers.
 const maxLeft = 500

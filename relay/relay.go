@@ -82,6 +82,9 @@ func Run(ctx context.Context, opts Options) error {
 	stopSpan := startSpanPoll(ctx, opts, reg)
 	defer stopSpan()
 
+	if err := checkSlotHistory(ctx, opts, snk); err != nil {
+		return err
+	}
 	rcfg := opts.Replication
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {

@@ -658,7 +658,7 @@ func connectPlain(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, replication.ExplainConnect(err, &cfg.Config, false)
 	}
 	return conn, nil
 }

@@ -105,6 +105,9 @@ func (e *ReplayTimeColumnError) Error() string {
 	return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; name its timestamp column", e.Column, e.Table, e.Type)
 }
 
+// SettingKeys names the setting that chooses the time column.
+func (e *ReplayTimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+
 func (t *outboxTable) ident(col string) string { return pgx.Identifier{col}.Sanitize() }
 
 // utc is the time column as timestamptz (a timestamp without time zone is
