@@ -20,6 +20,7 @@ import (
 type Config struct {
 	Postgres
 	Logging
+	SafetyNet
 	KafkaBrokers []string
 	Slot         string
 	Publication  string
@@ -98,6 +99,8 @@ type Config struct {
 	CheckpointReplicationFactor int
 	TxnCommitInterval           time.Duration
 	TxnMaxRecords               int
+
+	file string // the --config file Load read (CommandLine)
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -131,6 +134,7 @@ func Defaults() Config {
 		MaxBufferedBytes:       64 << 20,
 		KafkaClientID:          "walrelay",
 		Logging:                defaultLogging(),
+		SafetyNet:              defaultSafetyNet(),
 		SlotMetricsInterval:    5 * time.Second,
 		StandbyRetryInterval:   time.Second,
 		Procs:                  1,
@@ -239,7 +243,7 @@ func (c *Config) settings() []setting {
 		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
 		setting{name: "procs", usage: "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", value: intVal{&c.Procs}},
 	)...)
-	return ss
+	return append(ss, c.safetyNetSettings()...)
 }
 
 // Validate checks every key and the combination, with a message naming the
@@ -276,7 +280,7 @@ func (c Config) Validate() error {
 			return invalid(r.key, "%s", r.why)
 		}
 	}
-	return firstError(c.Logging.validate, c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
+	return firstError(c.Logging.validate, c.SafetyNet.validate, c.validateTables, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink)
 }
 
 // validateTables checks the column preset and map, the outbox tables and
@@ -425,6 +429,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		PProf:                c.PProf,
 		Logger:               log,
 	}
+	c.SafetyNet.apply(&o)
 	if c.Delivery == DeliveryExactlyOnce {
 		maxRecords := c.TxnMaxRecords
 		if maxRecords <= 0 {
