@@ -221,10 +221,15 @@ func (r *redriver) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka: list end offsets of %s: %w", topic, err)
 	}
-	committed, err := r.adm.FetchOffsetsForTopics(ctx, r.ro.Group, topic)
-	if err == nil {
-		err = committed.Error()
-	}
+	var committed kadm.OffsetResponses
+	err = r.coordinated(ctx, func() error {
+		var err error
+		committed, err = r.adm.FetchOffsetsForTopics(ctx, r.ro.Group, topic)
+		if err == nil {
+			err = committed.Error()
+		}
+		return err
+	})
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		committed, err = nil, nil // the first redrive
 	}
@@ -362,14 +367,37 @@ func (r *redriver) commit(ctx context.Context, ranges map[int32]offsetRange, lef
 }
 
 func (r *redriver) commitOffsets(ctx context.Context, offs kadm.Offsets) error {
-	resp, err := r.adm.CommitOffsets(ctx, r.ro.Group, offs)
-	if err == nil {
-		err = resp.Error()
-	}
+	err := r.coordinated(ctx, func() error {
+		resp, err := r.adm.CommitOffsets(ctx, r.ro.Group, offs)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("kafka: commit the redrive's progress to group %s: %w", r.ro.Group, err)
 	}
 	return nil
+}
+
+// coordinated runs a request to the group's coordinator, again while Kafka
+// answers that the coordinator is not available yet (a fresh cluster
+// creating its offsets topic, a coordinator moving), for up to the Kafka
+// timeout.
+func (r *redriver) coordinated(ctx context.Context, request func() error) error {
+	deadline := time.Now().Add(r.opts.KafkaTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		err := request()
+		if err == nil || !kerr.IsRetriable(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		r.opts.Logger.Debug("dlq redrive: the group coordinator is not available yet; trying again", "group", r.ro.Group, "error", err.Error())
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // selected reports whether rec matches the selection.

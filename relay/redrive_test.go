@@ -165,3 +165,69 @@ func TestProgressMetadata(t *testing.T) {
 		t.Errorf("metadata of %d left offsets is %d bytes; Kafka's default limit is 4096", maxLeft, n)
 	}
 }
+
+// TestRedriveWaitsForTheGroupCoordinator: a group coordinator that is not
+// available yet (a fresh cluster creating __consumer_offsets, a moved
+// coordinator) is waited for, as the relay waits for Kafka, not a failure.
+func TestRedriveWaitsForTheGroupCoordinator(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	allow := refuseTopics(cluster, ".refused")
+	f := newReplayFixtureOn(t, "redrive_coord", cluster, createOutbox, func(o *Options) { o.Sink.Topic = "redrive_coord.{event_type}" })
+	f.txn(t, [4]string{"a", "refused", `'{}'`, `'{}'`})
+	consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	allow()
+	var mu sync.Mutex
+	unavailable := 0
+	for _, key := range []kmsg.Key{kmsg.OffsetFetch, kmsg.OffsetCommit} {
+		cluster.ControlKey(int16(key), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			cluster.KeepControl()
+			mu.Lock()
+			defer mu.Unlock()
+			if unavailable >= 4 {
+				return nil, nil, false
+			}
+			unavailable++
+			code := kerr.CoordinatorNotAvailable.Code
+			switch req := kreq.(type) {
+			case *kmsg.OffsetFetchRequest:
+				resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+				resp.Version, resp.ErrorCode = req.Version, code
+				for _, g := range req.Groups {
+					rg := kmsg.NewOffsetFetchResponseGroup()
+					rg.Group, rg.ErrorCode = g.Group, code
+					resp.Groups = append(resp.Groups, rg)
+				}
+				return resp, nil, true
+			case *kmsg.OffsetCommitRequest:
+				resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+				resp.Version = req.Version
+				for _, rt := range req.Topics {
+					t := kmsg.NewOffsetCommitResponseTopic()
+					t.Topic = rt.Topic
+					for _, p := range rt.Partitions {
+						tp := kmsg.NewOffsetCommitResponseTopicPartition()
+						tp.Partition, tp.ErrorCode = p.Partition, code
+						t.Partitions = append(t.Partitions, tp)
+					}
+					resp.Topics = append(resp.Topics, t)
+				}
+				return resp, nil, true
+			}
+			return nil, nil, false
+		})
+	}
+	res, err := Redrive(context.Background(), f.opts, RedriveOptions{})
+	if err != nil || res.Sent != 1 {
+		t.Fatalf("redrive while the coordinator is not available: %+v, %v; want it to wait and send the dead letter", res, err)
+	}
+	if unavailable < 4 {
+		t.Fatalf("the coordinator answered 'not available' %d times, want 4: the test did not exercise the wait", unavailable)
+	}
+	if res, err := Redrive(context.Background(), f.opts, RedriveOptions{}); err != nil || res.Sent != 0 {
+		t.Fatalf("second redrive: %+v, %v; want nothing sent (the progress was committed)", res, err)
+	}
+}
