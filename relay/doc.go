@@ -44,5 +44,8 @@
 //     id of its own);
 //   - a redrive remembers what it sent only once Kafka acknowledged it, and
 //     a prune guard lets a row go only once the slot confirmed past its
-//     transaction.
+//     transaction;
+//   - exactly-once: a slot missing at start whose checkpoint exists was lost,
+//     and Run does not create it again unless told to (slotguard.go): a new
+//     slot would start past the events the lost one never delivered.
 package relay
