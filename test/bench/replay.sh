@@ -15,11 +15,15 @@
 # Both report rows/s over BENCH_N and walrelay's peak RSS (VmHWM, polled every 100 ms), and
 # the Kafka record count of their topics (must be BENCH_N each).
 #
+# Before the runs it times one reading of the outbox's retained span (what `walrelay run` does
+# every outbox-span-interval): the oldest created_at without and with an index on it.
+#
 # Machine-readable lines (also in the saved report):
 #   RUN i=<i> first=catchup|replay catchup_s=.. catchup_rps=.. catchup_rss_mb=..
 #       replay_s=.. replay_rps=.. replay_rss_mb=.. ratio=.. catchup_records=.. replay_records=..
 #   RESULT n=.. payload=.. txn_rows=.. runs=.. catchup_rps_median=.. replay_rps_median=..
 #       ratio_median=.. catchup_rss_mb_max=.. replay_rss_mb_max=.. ok=0|1
+#   SPAN scan_ms=.. index_ms=..
 #
 # Knobs: BENCH_N (1000000), BENCH_PAYLOAD (200), BENCH_PAD (hex|x), BENCH_TXN_ROWS (100),
 # BENCH_RUNS (2), BENCH_TIMEOUT (seconds for one drain or replay, 900), BENCH_REPLAY_ARGS
@@ -74,6 +78,20 @@ bench_load_rows "$N" "$TXN_ROWS" "aggregate_type, aggregate_id, event_type, payl
 psql_ -c "ALTER TABLE public.outbox SET (autovacuum_enabled = false)" -c "VACUUM (ANALYZE) public.outbox" -c "CHECKPOINT"
 [ "$(q "SELECT count(*) FROM public.outbox")" = "$N" ] || die "loaded a wrong number of rows"
 sync -f "$WALRELAY_TEST_DIR" 2>/dev/null || sync
+
+# What one reading of the outbox's retained span costs `walrelay run` (outbox-span-interval,
+# default 1m) on these rows: the oldest created_at, best of 3, without and with an index on it
+# (dropped again: the replay and the catch-up run on the table as migrations/001 makes it).
+span_ms() {
+	for _ in 1 2 3; do
+		psql_ -c '\timing on' -c "SELECT created_at FROM public.outbox ORDER BY created_at LIMIT 1" | awk '/^Time:/ {print $2}'
+	done | sort -g | head -n1
+}
+SPAN_SCAN_MS="$(span_ms)"
+psql_ -c "CREATE INDEX bench_span_idx ON public.outbox (created_at)"
+SPAN_INDEX_MS="$(span_ms)"
+psql_ -c "DROP INDEX bench_span_idx" -c "CHECKPOINT"
+log "span reading: ${SPAN_SCAN_MS} ms without an index on created_at, ${SPAN_INDEX_MS} ms with one"
 COMMON=(--postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --publication walrelay)
 
 # peak_rss PID: VmHWM in KB (empty once gone).
@@ -162,6 +180,7 @@ crps=() rrps=() ratios=() crss=() rrss=()
 		[ "${CREC[$i]}" = "$N" ] && [ "${RREC[$i]}" = "$N" ] || ok=0
 		echo "RUN i=$i first=${FIRST[$i]} catchup_s=${CS[$i]} catchup_rps=$c catchup_rss_mb=$(mb "${CR[$i]}") replay_s=${RS[$i]} replay_rps=$r replay_rss_mb=$(mb "${RR[$i]}") ratio=$ratio catchup_records=${CREC[$i]} replay_records=${RREC[$i]}"
 	done
+	echo "SPAN scan_ms=$SPAN_SCAN_MS index_ms=$SPAN_INDEX_MS"
 	echo "RESULT n=$N payload=$PAYLOAD txn_rows=$TXN_ROWS runs=$RUNS catchup_rps_median=$(median "${crps[@]}") replay_rps_median=$(median "${rrps[@]}") ratio_median=$(median "${ratios[@]}") catchup_rss_mb_max=$(printf '%s\n' "${crss[@]}" | sort -g | tail -n1) replay_rss_mb_max=$(printf '%s\n' "${rrss[@]}" | sort -g | tail -n1) ok=$ok"
 } | tee "$REPORT"
 if [ -n "$RESULTS_DIR" ]; then
