@@ -8,6 +8,7 @@
 #   make bench-latency  live latency, CPU and RSS at 1k, 5k, 20k events/s, 1 and 10 events/txn
 #   make bench-floor    walrelay vs the least a relay on the same libraries does (test/bench/floor)
 #   make bench-debezium walrelay vs Debezium 3.7 side by side (catch-up and 1k ev/s latency)
+#   make bench-replay   walrelay replay vs run's catch-up on the same rows (rows/s, peak RSS)
 #   make up      deps, start a Postgres + Kafka on 55432/59092 (state: WALRELAY_UP_DIR, default
 #                /tmp/walrelay-up) and print their env (make -s env prints it again, make down stops them)
 #   make clean   stop leftovers, remove bin/ and the state dirs
@@ -61,6 +62,12 @@ bench-latency:
 .PHONY: bench-floor
 bench-floor:
 	LAT_RATES="$${LAT_RATES:-1000 1000:floor 1000 1000:floor 5000 5000:floor 5000 5000:floor 1000x10 1000x10:floor 1000:--linger=0 1000:floor,--linger=0 1000:--linger=0 1000:floor,--linger=0}" bash test/bench/latency.sh
+
+# make bench-replay: walrelay replay vs walrelay run catching up on the same rows, rows/s and peak
+# RSS (knobs in test/bench/replay.sh's header).
+.PHONY: bench-replay
+bench-replay: build
+	bash test/bench/replay.sh
 
 # make bench-debezium: walrelay vs Debezium (catch-up and latency; knobs in the script's header).
 .PHONY: bench-debezium

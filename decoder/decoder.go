@@ -59,6 +59,9 @@ type Decoder struct {
 	espans  []envSpan // the envelope fields of the event under construction
 	tmp     []byte
 	builder eventBuilder // the event under construction (build.go)
+
+	rowBuf []byte       // the values of the row under construction (row.go)
+	rowRel *rowRelation // the relation of the last row (row.go)
 }
 
 // relation is a cached Relation message.

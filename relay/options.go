@@ -57,6 +57,17 @@ type Options struct {
 	// ExactlyOnce turns on Kafka transactions; nil is at-least-once.
 	ExactlyOnce *ExactlyOnce
 
+	// AcceptSlotLoss lets Run create a missing slot in exactly-once mode
+	// even though the slot's checkpoint shows that walrelay delivered from
+	// a slot of that name before (slotguard.go): the events committed
+	// between the loss and the new slot are then never sent. Without it
+	// Run stops with a *SlotLostError.
+	AcceptSlotLoss bool
+
+	// OutboxSpan turns on the walrelay_outbox_* metrics (the outbox
+	// tables' retained span, retention.go); nil: off.
+	OutboxSpan *OutboxSpanOptions
+
 	Logger *slog.Logger // nil: slog.Default()
 
 	// TracerProvider makes a span per event (sink.WithTracerProvider) for an
@@ -114,6 +125,14 @@ func (o *Options) validate() error {
 		return bad("StandbyRetryInterval, ShutdownTimeout, KafkaTimeout", "must be positive")
 	case o.HeartbeatInterval < 0 || o.SlotMetricsInterval < 0:
 		return bad("HeartbeatInterval, SlotMetricsInterval", "must not be negative")
+	}
+	if so := o.OutboxSpan; so != nil {
+		switch {
+		case so.Interval < 0 || so.MinRetained < 0:
+			return bad("OutboxSpan", "interval and minimum retained span must not be negative")
+		case so.TimeColumn != "" && replication.ValidateIdentifier(so.TimeColumn) != nil:
+			return &OptionError{Option: "OutboxSpan.TimeColumn", Err: replication.ValidateIdentifier(so.TimeColumn)}
+		}
 	}
 	if x := o.ExactlyOnce; x != nil {
 		switch {

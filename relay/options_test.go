@@ -41,11 +41,24 @@ func testOptions(dsn string, brokers []string, name string) Options {
 // migrations, as `walrelay migrate` does.
 func createOutbox(t *testing.T, dsn, table string) {
 	t.Helper()
+	applyMigrations(t, dsn, table, migrations.All)
+}
+
+// createPartitionedOutbox creates the outbox table (schema.name)
+// partitioned by day, as `walrelay migrate --partitioned` does.
+func createPartitionedOutbox(t *testing.T, dsn, table string) {
+	t.Helper()
+	applyMigrations(t, dsn, table, migrations.Partitioned)
+	applyMigrations(t, dsn, table, migrations.All)
+}
+
+func applyMigrations(t *testing.T, dsn, table string, set func() ([]migrations.Migration, error)) {
+	t.Helper()
 	tn, err := replication.ParseTable(table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := migrations.All()
+	ms, err := set()
 	if err != nil {
 		t.Fatal(err)
 	}

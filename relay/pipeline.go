@@ -285,14 +285,7 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 	}
 	p.log.Warn(what, "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
 		"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, wait)
 }
 
 // deadLetter sends ev to the dead-letter topic, or stops with a

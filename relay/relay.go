@@ -93,7 +93,12 @@ func Run(ctx context.Context, opts Options) error {
 		return &OptionError{Option: "MetricsAddr", Err: err}
 	}
 	defer stopHTTP()
+	stopSpan := startSpanPoll(ctx, opts, reg)
+	defer stopSpan()
 
+	if err := checkSlotHistory(ctx, opts, snk); err != nil {
+		return err
+	}
 	rcfg := opts.Replication
 	rcfg.PrimaryDSN = opts.HeartbeatDSN
 	conn, err := replication.Open(ctx, rcfg)

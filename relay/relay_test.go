@@ -54,12 +54,19 @@ type relayFixture struct {
 
 func startRelay(t *testing.T, name string, cluster *kfake.Cluster, mods ...func(*Options)) *relayFixture {
 	t.Helper()
+	return startRelayWith(t, name, cluster, createOutbox, mods...)
+}
+
+// startRelayWith is startRelay with the outbox table made by create (dsn,
+// schema.name).
+func startRelayWith(t *testing.T, name string, cluster *kfake.Cluster, create func(t *testing.T, dsn, table string), mods ...func(*Options)) *relayFixture {
+	t.Helper()
 	// A database of its own: logical messages (other walrelays' heartbeats)
 	// and transactions of concurrent tests reach every slot of a database,
 	// and the assertions below need a WAL with only this test's writes.
 	dsn, pg := testDatabase(t)
 	pg.Exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
-	createOutbox(t, dsn, "public."+name+"_outbox")
+	create(t, dsn, "public."+name+"_outbox")
 	t.Cleanup(func() {
 		pg.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", name)
 		pg.Exec(fmt.Sprintf("DROP PUBLICATION IF EXISTS %s", name))

@@ -37,6 +37,13 @@ var optionKeys = map[string][]string{
 	"ExactlyOnce":                {"transactional-id", "checkpoint-topic"},
 	"ExactlyOnce.CommitInterval": {"txn-commit-interval"},
 	"ExactlyOnce.MaxRecords":     {"txn-max-records"},
+	"OutboxSpan":                 {"outbox-span-interval", "outbox-retention-target"},
+	"OutboxSpan.TimeColumn":      {"created-at-column"},
+	"Replication.DSN":            {"postgres-dsn"},
+	"Rate":                       {"rate"},
+	"Selection":                  {"since", "until"},
+	"TimeColumn":                 {"created-at-column"},
+	"Margin":                     {"recovery-margin"},
 }
 
 // SettingKeys returns the keys of the settings behind the Options fields

@@ -28,13 +28,25 @@ type SlotLostError struct {
 	// transaction walrelay delivered; zero when none was.
 	LastLSN    pglogrepl.LSN
 	LastCommit time.Time
-	Err        error // the replication package's *PrereqError
+	// Checkpoint: the slot was missing when walrelay started, and the
+	// slot's exactly-once checkpoint shows that walrelay delivered from a
+	// slot of that name on this server before, up to LastLSN; walrelay did
+	// not create the slot again (see Options.AcceptSlotLoss).
+	Checkpoint bool
+	Err        error // the replication package's *PrereqError; nil with Checkpoint
 }
 
 func (e *SlotLostError) Error() string {
 	var b strings.Builder
 	var lost *replication.SlotLostError
 	errors.As(e.Err, &lost)
+	if e.Checkpoint {
+		fmt.Fprintf(&b, "replication slot %q does not exist, but its exactly-once checkpoint shows that walrelay delivered from a slot of that name "+
+			"on this server up to %s: the slot was dropped or lost, and events committed since then may be missing from Kafka. "+
+			"walrelay does not create the slot again, which would hide that gap. ", e.Slot, e.LastLSN)
+		b.WriteString(recoverAdvice)
+		return b.String()
+	}
 	switch {
 	case e.Failover:
 		fmt.Fprintf(&b, "postgres failed over: walrelay reconnected to a server on another WAL history (system id %s timeline %d, was %s timeline %d), which has no replication slot %q; a promoted standby has only failover slots (Postgres 17 and later, with slot failover on and the standby synchronizing slots)",
@@ -54,14 +66,21 @@ func (e *SlotLostError) Error() string {
 	} else {
 		b.WriteString("walrelay delivered no transaction since it started. ")
 	}
-	b.WriteString("Recover: re-publish the outbox rows committed since then from the table (replay), then start walrelay with a new slot")
+	b.WriteString(recoverAdvice)
 	return b.String()
 }
 
+// recoverAdvice ends a SlotLostError's message.
+const recoverAdvice = "Recover with a replay since the last delivered event, which also creates the new slot; start walrelay only after it"
+
 func (e *SlotLostError) Unwrap() error { return e.Err }
 
-// SettingKeys: a failover needs failover slots.
+// SettingKeys: a failover needs failover slots; a slot found missing at
+// start is created only when the loss is accepted.
 func (e *SlotLostError) SettingKeys() []string {
+	if e.Checkpoint {
+		return []string{"slot", "accept-slot-loss"}
+	}
 	if e.Failover {
 		return []string{"slot-failover"}
 	}

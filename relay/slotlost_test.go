@@ -42,9 +42,9 @@ func TestSlotLost(t *testing.T) {
 		says     []string
 	}{
 		{"promoted standby", missing(replication.Identity{SystemID: old.SystemID, Timeline: 2}, ""), true,
-			[]string{"postgres failed over", "timeline 2, was 7300000000000000001 timeline 1", "failover slots", "ended at 0/4000", "2026-11-25T12:00:00Z", "re-publish the outbox rows"}},
-		{"dropped", missing(old, ""), false, []string{`"orders" disappeared`, "ended at 0/4000", "re-publish"}},
-		{"invalidated", missing(old, "wal_status lost, wal_removed"), false, []string{"invalidated (wal_status lost, wal_removed)", "re-publish"}},
+			[]string{"postgres failed over", "timeline 2, was 7300000000000000001 timeline 1", "failover slots", "ended at 0/4000", "2026-11-25T12:00:00Z", "replay since the last delivered event, which also creates the new slot"}},
+		{"dropped", missing(old, ""), false, []string{`"orders" disappeared`, "ended at 0/4000", "start walrelay only after it"}},
+		{"invalidated", missing(old, "wal_status lost, wal_removed"), false, []string{"invalidated (wal_status lost, wal_removed)", "Recover with a replay"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := r.slotLost(tc.err)

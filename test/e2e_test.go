@@ -90,16 +90,16 @@ func kcatHeaders(raw json.RawMessage) (map[string]string, error) {
 	return out, nil
 }
 
-// checkWithKcat reads topic with kcat and compares it, record by record, with what
-// franz-go read.
-func checkWithKcat(t *testing.T, env *testEnv, topic string, want []*kgo.Record) {
+// kcatRead reads every record of topic with kcat -J; ok is false when kcat
+// is not installed (outside CI, where it must be).
+func kcatRead(t *testing.T, env *testEnv, topic string) (recs []kcatRecord, ok bool) {
 	t.Helper()
 	if _, err := exec.LookPath("kcat"); err != nil {
 		if isCI() {
 			t.Fatalf("kcat not installed: %v", err)
 		}
 		t.Logf("kcat not installed, skipping the kcat cross-check: %v", err)
-		return
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -109,11 +109,6 @@ func checkWithKcat(t *testing.T, env *testEnv, topic string, want []*kgo.Record)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kcat -C -t %s: %v\n%s", topic, err, indent(stderr.String()))
 	}
-	type pos struct {
-		p int32
-		o int64
-	}
-	got := map[pos]kcatRecord{}
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -125,6 +120,25 @@ func checkWithKcat(t *testing.T, env *testEnv, topic string, want []*kgo.Record)
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("kcat output %q: %v", line, err)
 		}
+		recs = append(recs, r)
+	}
+	return recs, true
+}
+
+// checkWithKcat reads topic with kcat and compares it, record by record, with what
+// franz-go read.
+func checkWithKcat(t *testing.T, env *testEnv, topic string, want []*kgo.Record) {
+	t.Helper()
+	recs, ok := kcatRead(t, env, topic)
+	if !ok {
+		return
+	}
+	type pos struct {
+		p int32
+		o int64
+	}
+	got := map[pos]kcatRecord{}
+	for _, r := range recs {
 		got[pos{r.Partition, r.Offset}] = r
 	}
 	if len(got) != len(want) {

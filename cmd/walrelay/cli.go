@@ -90,6 +90,8 @@ type call struct {
 	// plain: the log format is text, and what ends the command is one plain
 	// line "walrelay <command>: ..." rather than a log record.
 	plain bool
+	// terminal: stderr is a terminal (a progress bar may redraw there).
+	terminal bool
 }
 
 // newCall returns the call of the command name with the log settings of s:
@@ -116,7 +118,7 @@ func newCall(name string, s config.Settings, out streams) *call {
 	if format == config.LogText {
 		h = slog.NewTextHandler(out.stderr, opts)
 	}
-	return &call{name: name, stdout: out.stdout, stderr: out.stderr, log: slog.New(h), plain: format == config.LogText}
+	return &call{name: name, stdout: out.stdout, stderr: out.stderr, log: slog.New(h), plain: format == config.LogText, terminal: out.terminal}
 }
 
 // invalid reports a configuration the command refuses.

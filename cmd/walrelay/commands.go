@@ -45,6 +45,10 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 			return ExitConfig
 		}
 		c.failed("walrelay stopped", err)
+		var lost *relay.SlotLostError
+		if errors.As(err, &lost) {
+			recoverySuggestion(cfg).print(c)
+		}
 		return ExitFailure
 	}
 	log.Info("walrelay stopped cleanly")
@@ -78,7 +82,7 @@ func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int 
 
 // statusCommand is `walrelay status`.
 func statusCommand(ctx context.Context, cfg config.StatusConfig, c *call) int {
-	return c.result("status failed", status(ctx, cfg.PostgresDSN, cfg.Slot, c.stdout))
+	return c.result("status failed", status(ctx, cfg, c.stdout))
 }
 
 // doctorCommand is `walrelay doctor`.
@@ -165,17 +169,20 @@ func migrateError(ctx context.Context, conn *pgconn.PgConn, schema string, err e
 		err, user, strings.Join(grants, " "))
 }
 
-func status(ctx context.Context, dsn, slot string, w io.Writer) error {
+// status prints the slot's state, then the outbox tables' retained span
+// (how far back a replay can reach); a slot it cannot read is the error,
+// after the span.
+func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, dsn)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), slot)
+	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), cfg.Slot)
 	if err != nil {
-		return err
+		return errors.Join(err, printSpans(cctx, conn, cfg, w))
 	}
 	unlessZero := func(v int64, text string) string {
 		if v == 0 {
@@ -193,7 +200,7 @@ func status(ctx context.Context, dsn, slot string, w io.Writer) error {
 	} {
 		fmt.Fprintf(w, "%-20s %s\n", f.name, f.value)
 	}
-	return nil
+	return printSpans(cctx, conn, cfg, w)
 }
 
 // prettySize formats n bytes as Postgres' pg_size_pretty does: bytes below

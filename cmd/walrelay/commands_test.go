@@ -56,6 +56,7 @@ func TestSubcommandHelpAndBadFlags(t *testing.T) {
 		{"status", "-slot"},
 		{"prune", "-older-than"},
 		{"cutover", "-from-slot"},
+		{"replay", "-since-last-delivered"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.cmd, func(t *testing.T) {

@@ -47,7 +47,7 @@ func TestDSNFileEverywhere(t *testing.T) {
 			t.Errorf("%s: %v, dsn %q", cmd.spec.Name, err, dsn)
 		}
 		var stderr strings.Builder
-		code := Main(t.Context(), []string{cmd.spec.Name, "--postgres-dsn-file", filepath.Join(dir, "missing")}, envMap(nil), io.Discard, &stderr)
+		code := Main(t.Context(), append(strings.Fields(cmd.spec.Name), "--postgres-dsn-file", filepath.Join(dir, "missing")), envMap(nil), io.Discard, &stderr)
 		if code != ExitConfig || !strings.Contains(stderr.String(), "postgres-dsn-file") {
 			t.Errorf("%s with a missing DSN file: exit %d, %s", cmd.spec.Name, code, stderr.String())
 		}

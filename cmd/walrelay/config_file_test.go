@@ -133,6 +133,27 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"schema-subject-strategy":                  {"topic-record", "topic-record"},
 		"schema-dir":                               {"/etc/schemas", "/etc/schemas"},
 		"schema-rules":                             {"[{table: sales.outbox2, event_type: OrderCreated, value: {file: /etc/order.avsc}}]", "sales.outbox2/OrderCreated"},
+
+		"force":                   {"true", "true"},
+		"accept-slot-loss":        {"true", "true"},
+		"outbox-span-interval":    {"5m", "5m0s"},
+		"outbox-retention-target": {"7d", "168h0m0s"},
+		"since":                   {"2026-11-24", "2026-11-24T00:00:00Z"},
+		"until":                   {`"2026-11-25T06:30:00.5+01:00"`, "2026-11-25T05:30:00.5Z"},
+		"event-id":                {"[e1, e2]", "e1,e2"},
+		"aggregate-type":          {"order", "order"},
+		"aggregate-id":            {"[o-1, o-2]", "o-1,o-2"},
+		"event-type":              {"OrderCreated", "OrderCreated"},
+		"rate":                    {"250.5", "250.5"},
+		"resume":                  {"tok", "tok"},
+		"replay-id":               {"", ""}, // the resume token carries the id
+		"since-last-delivered":    {"false", "false"},
+		"recovery-margin":         {"30m", "30m0s"},
+		"progress":                {"log", "log"},
+		"progress-interval":       {"2s", "2s"},
+		"reason":                  {"[topic_refused, too_large]", "topic_refused,too_large"},
+		"intended-topic":          {"orders.x", "orders.x"},
+		"redrive-group":           {"g-1", "g-1"},
 	}
 }
 

@@ -36,9 +36,13 @@ func commands() []command {
 		newCommand(config.Command{Name: "doctor", Usage: doctorUsage, Groups: doctorGroups, More: doctorMore},
 			"[flags]", "check Postgres and Kafka prerequisites and say how to fix each", config.Defaults, doctorCommand),
 		newCommand(config.Command{Name: "status", Usage: statusUsage},
-			"[flags]", "show the slot's position, lag and retained WAL", config.DefaultStatusConfig, statusCommand),
+			"[flags]", "show the slot's position, lag and retained WAL, and the outbox tables' retained span", config.DefaultStatusConfig, statusCommand),
 		newCommand(config.Command{Name: "prune", Usage: pruneUsage},
 			"[flags]", "delete (or drop partitions of) outbox rows older than --older-than", config.DefaultPruneConfig, pruneCommand),
+		newCommand(config.Command{Name: "replay", Usage: replayUsage, Groups: replayGroups, More: replayMore},
+			"[flags]", "re-publish outbox rows kept in the table; --since-last-delivered recovers after a lost slot", config.DefaultReplayConfig, replayCommand),
+		newCommand(config.Command{Name: "dlq redrive", Usage: redriveUsage, Groups: redriveGroups, More: redriveMore},
+			"[flags]", "send dead-lettered events to their topics once the cause is gone", config.DefaultRedriveConfig, redriveCommand),
 		newCommand(config.Command{Name: "cutover", Usage: cutoverUsage},
 			"[flags]", "take over from Debezium's outbox connector without a gap (--from-slot)", config.DefaultCutoverConfig, cutoverCommand),
 		newCommand(config.Command{Name: "config from-debezium", Usage: fromDebeziumUsage},
@@ -167,5 +171,8 @@ Creates the outbox table and the walrelay.emit function (idempotent).
 
 const statusUsage = `Usage: walrelay status [flags]
 
-Shows the replication slot's position, lag and retained WAL.
+Shows the replication slot's position, lag and retained WAL, and each outbox
+table's retained span: its oldest row (by created-at-column), how long ago
+that was, and Postgres' row estimate. The span is how far back walrelay
+replay, and a recovery after a lost slot, can reach.
 `

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/test/pgtest"
 )
 
 func prune(env map[string]string, args ...string) (code int, stdout, stderr string) {
@@ -46,7 +47,8 @@ func TestPruneUsage(t *testing.T) {
 		stderr []string
 	}{
 		{"help", nil, []string{"-h"}, ExitOK,
-			[]string{"only deletes rows", "WAL", "at least 1h", "-older-than", "-batch-size", "-created-at-column", "-dry-run"}},
+			[]string{"only deletes rows", "WAL", "at least 1h", "-older-than", "-batch-size", "-created-at-column", "-dry-run",
+				"catalog_xmin", "-slot", "-force", "-recovery-margin", "-kafka-brokers"}},
 		{"under 1h", nil, []string{"--postgres-dsn", dsn, "--older-than", "59m59s"}, ExitConfig,
 			[]string{"below the minimum of 1h", "not relayed yet", "safe in the WAL"}},
 		{"under 1h from env", map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_OLDER_THAN": "30m"}, nil, ExitConfig,
@@ -100,7 +102,8 @@ func TestPrunePlain(t *testing.T) {
 	insert(5, "3 hours")
 	insert(4, "90 minutes")
 	insert(6, "10 minutes")
-	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_TABLE": "h5_prune.outbox"}
+	// The batches and the cutoff, without the guard (TestPruneGuard).
+	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_TABLE": "h5_prune.outbox", "WALRELAY_FORCE": "true"}
 	rows := func() int { return pg.Count("SELECT count(*) FROM h5_prune.outbox") }
 	summary := regexp.MustCompile(`^(would prune|pruned) (\d+) rows older than (\S+) from h5_prune\.outbox`)
 
@@ -177,17 +180,7 @@ func TestPrunePlain(t *testing.T) {
 func TestPrunePartitioned(t *testing.T) {
 	dsn, pg := testDatabase(t)
 	pg.Exec("CREATE SCHEMA h5_pp")
-	for _, set := range []func() ([]migrations.Migration, error){migrations.Partitioned, migrations.All} {
-		ms, err := set()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			if _, err := pg.Conn.PgConn().Exec(context.Background(), m.Render(`"h5_pp"."outbox"`)).ReadAll(); err != nil {
-				t.Fatalf("apply %s: %v", m.Name, err)
-			}
-		}
-	}
+	createPartitionedOutbox(t, pg, `"h5_pp"."outbox"`)
 	dayStart := func(off int) string { return time.Now().UTC().AddDate(0, 0, off).Format("2006-01-02") + " 00:00:00+00" }
 	day := func(off int) string { return time.Now().UTC().AddDate(0, 0, off).Format("20060102") }
 	for _, off := range []int{-10, -5} {
@@ -203,7 +196,7 @@ func TestPrunePartitioned(t *testing.T) {
 	insert(1, dayStart(-1)) // default, newer than the cutoff
 	insert(2, dayStart(0))
 	rows := func() int { return pg.Count("SELECT count(*) FROM h5_pp.outbox") }
-	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn}
+	env := map[string]string{"WALRELAY_POSTGRES_DSN": dsn, "WALRELAY_FORCE": "true"} // the guard: TestPruneGuardPartitioned
 
 	code, stdout, stderr := prune(env, "--table", "h5_pp.outbox", "--older-than", "2d", "--dry-run")
 	want := "would drop 2 partitions (h5_pp.outbox_p" + day(-10) + ": 3 rows, h5_pp.outbox_p" + day(-5) +
@@ -242,5 +235,22 @@ func TestPrunePartitioned(t *testing.T) {
 		!strings.Contains(stderr, "walrelay.outbox_drop_partitions(interval, regclass) does not exist") ||
 		!strings.Contains(stderr, "migrations/partitioned/001_outbox_partitioned.sql") {
 		t.Errorf("without the functions: exit %d, stdout %q\n%s", code, stdout, stderr)
+	}
+}
+
+// createPartitionedOutbox creates the outbox table quoted partitioned by
+// day, with walrelay's partition functions.
+func createPartitionedOutbox(t *testing.T, pg *pgtest.Conn, quoted string) {
+	t.Helper()
+	for _, set := range []func() ([]migrations.Migration, error){migrations.Partitioned, migrations.All} {
+		ms, err := set()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if _, err := pg.Conn.PgConn().Exec(context.Background(), m.Render(quoted)).ReadAll(); err != nil {
+				t.Fatalf("apply %s: %v", m.Name, err)
+			}
+		}
 	}
 }

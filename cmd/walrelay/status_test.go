@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // TestPrettySize: status prints the retained WAL as pg_size_pretty did when
 // Postgres computed it (the expected values are pg_size_pretty's, Postgres 15).
@@ -17,5 +21,45 @@ func TestPrettySize(t *testing.T) {
 		if got := prettySize(tc.n); got != tc.want {
 			t.Errorf("prettySize(%d) = %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestStatusShowsOutboxSpan: status shows each outbox table's oldest row,
+// how far back that is, and the row estimate beside the slot; with the slot
+// missing it still shows the span (what a recovery can reach), then fails.
+func TestStatusShowsOutboxSpan(t *testing.T) {
+	dsn, pg := testDatabase(t)
+	if code, out, errOut := runMain("migrate", "--postgres-dsn", dsn); code != ExitOK {
+		t.Fatalf("migrate: %d %s %s", code, out, errOut)
+	}
+	pg.Exec(`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, created_at)
+		SELECT 'a', i::text, 'e', now() - make_interval(hours => i) FROM generate_series(1, 3) i`)
+	pg.Exec("ANALYZE public.outbox")
+	pg.Exec("SELECT pg_create_logical_replication_slot('span_slot', 'pgoutput')")
+	code, out, errOut := runMain("status", "--postgres-dsn", dsn, "--slot", "span_slot", "--table", "public.outbox,public.gone")
+	if code != ExitOK {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	fields := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		if _, dup := fields[k]; !dup {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	span, err := time.ParseDuration(fields["retained_span"])
+	if fields["slot"] != "span_slot" || fields["outbox_table"] != "public.outbox" || fields["rows_estimate"] != "3" ||
+		err != nil || span < 3*time.Hour || span > 3*time.Hour+time.Minute {
+		t.Errorf("status output:\n%s", out)
+	}
+	if oldest, err := time.Parse(time.RFC3339, fields["oldest_row"]); err != nil || time.Since(oldest) < 3*time.Hour-time.Minute {
+		t.Errorf("oldest_row %q (%v), want 3h ago", fields["oldest_row"], err)
+	}
+	if !strings.Contains(out, "public.gone (does not exist)") {
+		t.Errorf("a missing outbox table is not shown as such:\n%s", out)
+	}
+	code, out, errOut = runMain("status", "--postgres-dsn", dsn, "--slot", "no_such_slot")
+	if code != ExitFailure || !strings.Contains(out, "retained_span") || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("status without the slot: exit %d\n%s%s", code, out, errOut)
 	}
 }

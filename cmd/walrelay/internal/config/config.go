@@ -26,6 +26,7 @@ type Config struct {
 	// Envelope shapes the values of the tables given with --table as
 	// Debezium's outbox router does (envelope.go).
 	Envelope
+	SafetyNet
 	KafkaBrokers []string
 	Slot         string
 	Publication  string
@@ -111,6 +112,8 @@ type Config struct {
 
 	// Registry encodes records in the Confluent wire format (schema.go).
 	Registry SchemaRegistry
+
+	file string // the --config file Load read (CommandLine)
 }
 
 // DefaultMetricsAddr is where /metrics, /healthz and /readyz listen unless
@@ -154,6 +157,7 @@ func Defaults() Config {
 		MaxBufferedBytes:       64 << 20,
 		KafkaClientID:          "walrelay",
 		Logging:                defaultLogging(),
+		SafetyNet:              defaultSafetyNet(),
 		SlotMetricsInterval:    5 * time.Second,
 		StandbyRetryInterval:   time.Second,
 		Procs:                  1,
@@ -268,7 +272,7 @@ func (c *Config) settings() []setting {
 		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
 		setting{name: "procs", usage: "threads running walrelay's code at once (GOMAXPROCS); 1 suits its one stream best, see docs/configuration.md; 0: Go's default (the CPUs available); 0 when the GOMAXPROCS variable is set", value: intVal{&c.Procs}},
 	)...)
-	return ss
+	return append(ss, c.safetyNetSettings()...)
 }
 
 // Validate checks every key and the combination, with a message naming the
@@ -305,7 +309,7 @@ func (c Config) Validate() error {
 			return invalid(r.key, "%s", r.why)
 		}
 	}
-	return firstError(c.Logging.validate, c.validateTables, c.validateFilters, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink, c.validateSchemaRules)
+	return firstError(c.Logging.validate, c.SafetyNet.validate, c.validateTables, c.validateFilters, c.validateDecoder, c.validateDelivery, c.validateReplication, c.validateSink, c.validateSchemaRules)
 }
 
 // validateTables checks the column preset and map, the outbox tables and
@@ -467,6 +471,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		PProf:                c.PProf,
 		Logger:               log,
 	}
+	c.SafetyNet.apply(&o)
 	if c.Delivery == DeliveryExactlyOnce {
 		maxRecords := c.TxnMaxRecords
 		if maxRecords <= 0 {

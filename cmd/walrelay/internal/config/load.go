@@ -47,10 +47,12 @@ const (
 	GroupService  = "Service"
 	GroupPrune    = "Prune"
 	GroupCutover  = "Cutover"
+	GroupReplay   = "Replay"
+	GroupRedrive  = "Dead-letter redrive"
 )
 
 var groupOrder = []string{GroupGeneral, GroupPostgres, GroupTables, GroupKafka, GroupSecurity, GroupDelivery,
-	GroupRecords, GroupSchema, GroupBatching, GroupService, GroupPrune, GroupCutover}
+	GroupRecords, GroupSchema, GroupBatching, GroupService, GroupPrune, GroupCutover, GroupReplay, GroupRedrive}
 
 // configSetting is --config, which every command takes.
 func configSetting(path *string) setting {
@@ -101,6 +103,9 @@ func Load(cmd Command, s Settings, args []string, getenv func(string) string, he
 		if err := applyYAML(path, byName); err != nil {
 			return err
 		}
+	}
+	if f, ok := s.(configFiler); ok {
+		f.setConfigFile(path)
 	}
 	for _, st := range all[1:] {
 		if v := getenv(EnvName(st.name)); v != "" && !st.yamlOnly {
@@ -297,8 +302,8 @@ func editDistance(a, b string) int {
 // hold.
 func everyCommand() []Settings {
 	run, prune, cutover := Defaults(), DefaultPruneConfig(), DefaultCutoverConfig()
-	migrate, status := DefaultMigrateConfig(), DefaultStatusConfig()
-	return []Settings{&run, &prune, &cutover, &migrate, &status, &NoSettings{}}
+	migrate, status, replay, redrive := DefaultMigrateConfig(), DefaultStatusConfig(), DefaultReplayConfig(), DefaultRedriveConfig()
+	return []Settings{&run, &prune, &cutover, &migrate, &status, &replay, &redrive, &NoSettings{}}
 }
 
 // knownSettings are the settings of every command by key, with --config.
@@ -430,6 +435,10 @@ func typeName(v flag.Value) string {
 		return "age"
 	case lsnVal:
 		return "lsn"
+	case timeVal:
+		return "time"
+	case floatVal:
+		return "number"
 	case mapVal:
 		return "column"
 	}

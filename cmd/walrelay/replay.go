@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
+	"github.com/walrelay/walrelay/relay"
+)
+
+const replayUsage = `Usage: walrelay replay [--since TIME] [--until TIME] [--aggregate-type T,...] [flags]
+       walrelay replay --since-last-delivered [flags]   (recovery after a lost slot)
+       walrelay replay --resume TOKEN [flags]           (go on after an interruption)
+
+Re-publishes outbox rows still in their tables to Kafka: each row becomes the
+record walrelay run made of its insert (topic, key, value, headers), marked
+with the header walrelay.replay=<replay id> instead of walrelay.lsn and
+walrelay.xid. It takes every setting of walrelay run, so give it the same
+ones (or the same --config file). It reads one snapshot of the tables on an
+ordinary connection, never touches the slot, and may run beside walrelay run.
+
+Selection: the rows whose created-at-column is in [since, until) and that
+match every list given (event-id, aggregate-type, aggregate-id, event-type).
+--dry-run counts them, shows their time span and topics, and sends nothing.
+
+--since-last-delivered recovers after a lost slot (dropped, invalidated, or
+missing after a failover): it refuses while the slot is valid, reads the
+newest event walrelay delivered back from Kafka, creates the new slot, and
+replays every row since that event less --recovery-margin. Start walrelay run
+(same settings) once it has finished: it streams from the new slot.
+
+Progress: a bar on a terminal, else a log line every --progress-interval with
+the resume token of what Kafka acknowledged so far. Interrupted (SIGINT,
+SIGTERM), replay waits for what it sent and prints the command that resumes
+it; after kill -9, resume with the token of the last progress line. A resumed
+replay sends none of the acknowledged rows again but may repeat a few after
+them (consumers deduplicate on the id header).
+
+Exit codes: 0 done, 1 failure, nothing to replay, or interrupted (the resume
+command is printed), 2 invalid usage or configuration.
+`
+
+// replayMore is printed by replay -h below the settings.
+const replayMore = `replay also takes every other setting of walrelay run (see 'walrelay run -h'):
+give it the same settings, so that its records are the ones run made.`
+
+// replayGroups are the settings replay -h lists.
+var replayGroups = []string{config.GroupGeneral, config.GroupPostgres, config.GroupTables, config.GroupKafka,
+	config.GroupSecurity, config.GroupDelivery, config.GroupRecords, config.GroupReplay}
+
+// replayCommand is `walrelay replay`.
+func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
+	opts, err := cfg.Relay(c.log)
+	if err != nil {
+		return c.result("replay failed", err)
+	}
+	ro := cfg.ReplayOptions()
+	if cfg.SinceLastDelivered {
+		rec, err := relay.PlanRecovery(ctx, opts, cfg.RecoveryMargin)
+		if err != nil {
+			return replayFailed(c, err)
+		}
+		printRecoveryPlan(c.stdout, rec)
+		if !cfg.DryRun {
+			if err := rec.CreateSlot(ctx, opts); err != nil {
+				return replayFailed(c, err)
+			}
+			fmt.Fprintf(c.stdout, "created replication slot %q: it keeps every transaction committed from now on for walrelay run\n", cfg.Slot)
+		}
+		ro.Selection.Since = rec.Since
+	}
+	p := newReplayProgress(c, cfg)
+	ro.Progress, ro.ProgressInterval = p.callback(), p.interval
+	res, err := relay.Replay(ctx, opts, ro)
+	p.finish()
+
+	var nothing *relay.NothingToReplayError
+	switch {
+	case errors.As(err, &nothing) && cfg.SinceLastDelivered:
+		fmt.Fprintf(c.stdout, "%s\n", nothing.Error())
+		if !cfg.DryRun {
+			fmt.Fprintln(c.stdout, handOver)
+		}
+		return ExitOK
+	case err != nil:
+		code := replayFailed(c, err)
+		switch {
+		case res.ResumeToken != "":
+			resumeSuggestion(cfg, res.ResumeToken).print(c)
+		case cfg.SinceLastDelivered && !cfg.DryRun:
+			// The new slot exists: a second recovery would refuse.
+			restartSuggestion(cfg, ro.Selection.Since).print(c)
+		}
+		return code
+	case cfg.DryRun:
+		printDryRun(c.stdout, cfg, res)
+		return ExitOK
+	}
+	printReplayed(c.stdout, cfg, res)
+	if !res.Complete {
+		fmt.Fprintf(c.stdout, "replay interrupted: %d rows acknowledged by Kafka, the rest not sent\n", res.Acked+res.Resumed)
+		resumeSuggestion(cfg, res.ResumeToken).print(c)
+		return ExitFailure
+	}
+	if cfg.SinceLastDelivered {
+		fmt.Fprintln(c.stdout, handOver)
+	}
+	return ExitOK
+}
+
+// handOver ends a recovery: the operator starts walrelay run.
+const handOver = "recovery done: start walrelay run with the same settings now; it streams from the new slot"
+
+// replayFailed reports err, a setting refused (exit 2) or a failure.
+func replayFailed(c *call, err error) int {
+	if err, isConfig := settingError(err); isConfig {
+		c.invalid(err)
+		return ExitConfig
+	}
+	c.failed("replay failed", err)
+	return ExitFailure
+}
+
+// resumeSuggestion is the replay command that resumes from token: the same
+// settings but the time range and id (the token carries them).
+func resumeSuggestion(cfg config.ReplayConfig, token string) suggestion {
+	def := config.DefaultReplayConfig()
+	return newSuggestion("resume with", []string{"replay", "--resume=" + token}, &cfg, &def,
+		carried("since", "until", "since-last-delivered", "recovery-margin", "replay-id", "resume", "dry-run"))
+}
+
+// restartSuggestion is the replay that redoes a recovery whose replay
+// failed before Kafka acknowledged a row, now that its slot exists: the
+// same start, given explicitly.
+func restartSuggestion(cfg config.ReplayConfig, since time.Time) suggestion {
+	def := config.DefaultReplayConfig()
+	words := []string{"replay"}
+	if !since.IsZero() {
+		words = append(words, "--since="+since.UTC().Format(time.RFC3339Nano))
+	}
+	return newSuggestion("the new slot is in place; replay what it does not hold with", words, &cfg, &def,
+		carried("since", "until", "since-last-delivered", "recovery-margin", "resume", "dry-run"))
+}
+
+// printRecoveryPlan says where the recovery starts and why.
+func printRecoveryPlan(w io.Writer, rec relay.Recovery) {
+	state := "missing"
+	if rec.Slot.Lost {
+		state = "invalidated (wal_status lost)"
+	}
+	fmt.Fprintf(w, "replication slot %q is %s\n", rec.Slot.Name, state)
+	d := rec.Delivered
+	if !d.Found {
+		fmt.Fprintf(w, "no event walrelay delivered was found in %d topics: replaying every row the outbox tables hold\n", d.Topics)
+	} else {
+		fmt.Fprintf(w, "last delivered event: id %s at %s (topic %s, partition %d, offset %d, walrelay.lsn %s)\n",
+			d.ID, d.Time.UTC().Format(time.RFC3339Nano), d.Topic, d.Partition, d.Offset, d.LSN)
+		fmt.Fprintf(w, "replaying every row since %s (%s before it)\n", rec.Since.UTC().Format(time.RFC3339Nano), rec.Margin)
+	}
+	if d.Checkpoint != nil {
+		fmt.Fprintf(w, "exactly-once checkpoint of the slot: %s\n", d.Checkpoint)
+	}
+}
+
+// printDryRun shows what a replay would send.
+func printDryRun(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult) {
+	var total int64
+	for _, t := range res.Tables {
+		total += t.Rows
+	}
+	fmt.Fprintf(w, "dry run: %d rows would be replayed%s (nothing sent)\n", total, rangeText(res))
+	for _, t := range res.Tables {
+		fmt.Fprintf(w, "  %s: %d rows%s\n", t.Table, t.Rows, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest))
+		topics := make([]string, 0, len(t.Topics))
+		for topic := range t.Topics {
+			topics = append(topics, topic)
+		}
+		sort.Strings(topics)
+		for _, topic := range topics {
+			fmt.Fprintf(w, "    %s: %d rows\n", topic, t.Topics[topic])
+		}
+	}
+	printNotes(w, res)
+}
+
+// printReplayed is the summary of a replay that ran.
+func printReplayed(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult) {
+	var parts []string
+	for _, t := range res.Tables {
+		parts = append(parts, fmt.Sprintf("%s: %d selected%s", t.Table, t.Rows, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest)))
+	}
+	rate := 0.0
+	if s := res.Elapsed.Seconds(); s > 0 {
+		rate = float64(res.Acked) / s
+	}
+	fmt.Fprintf(w, "replayed %d rows%s in %s (%.0f rows/s), replay id %s (header walrelay.replay)\n",
+		res.Acked, rangeText(res), res.Elapsed.Round(time.Millisecond), rate, res.ID)
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "  %s\n", strings.Join(parts, "; "))
+	}
+	if res.Resumed > 0 {
+		fmt.Fprintf(w, "  %d more rows were acknowledged by the runs this one resumed\n", res.Resumed)
+	}
+	if res.DeadLettered > 0 {
+		fmt.Fprintf(w, "  %d of them went to the dead-letter topic (the log says why each)\n", res.DeadLettered)
+	}
+	if res.Filtered > 0 {
+		fmt.Fprintf(w, "  %d rows were not sent: the tables' filters do not publish them (walrelay run does not either)\n", res.Filtered)
+	}
+	printNotes(w, res)
+}
+
+func printNotes(w io.Writer, res relay.ReplayResult) {
+	if !res.CommitTimes {
+		fmt.Fprintln(w, "  note: the server does not keep commit timestamps (track_commit_timestamp is off): the records carry the rows' time column as Kafka timestamp, not the commit time walrelay run gave them")
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+}
+
+// rangeText is the replay's time range, "" when unbounded.
+func rangeText(res relay.ReplayResult) string {
+	f := func(t time.Time, none string) string {
+		if t.IsZero() {
+			return none
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	if res.Since.IsZero() && res.Until.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(" from %s until %s", f(res.Since, "the oldest row"), f(res.Until, "the newest"))
+}
+
+// spanText is the span of a table's selected rows, "" when none.
+func spanText(col string, oldest, newest time.Time) string {
+	if oldest.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(", %s %s .. %s", col, oldest.UTC().Format(time.RFC3339Nano), newest.UTC().Format(time.RFC3339Nano))
+}
+
+// replayProgress shows a replay's progress: a bar redrawn on the terminal,
+// or log lines carrying the resume token.
+type replayProgress struct {
+	c        *call
+	mode     string
+	interval time.Duration
+
+	mu       sync.Mutex
+	last     relay.ReplayProgress
+	lastAt   time.Time
+	rate     float64 // rows acknowledged per second, smoothed
+	drawn    bool
+	finished bool
+}
+
+// barInterval is how often the bar is redrawn.
+const barInterval = 250 * time.Millisecond
+
+func newReplayProgress(c *call, cfg config.ReplayConfig) *replayProgress {
+	mode := cfg.Progress
+	if mode == config.ProgressAuto {
+		mode = config.ProgressLog
+		if c.terminal {
+			mode = config.ProgressBar
+		}
+	}
+	if cfg.DryRun {
+		mode = config.ProgressNone
+	}
+	p := &replayProgress{c: c, mode: mode, interval: cfg.ProgressInterval}
+	if mode == config.ProgressBar {
+		p.interval = barInterval
+	}
+	return p
+}
+
+// callback is ReplayOptions.Progress (nil with no display).
+func (p *replayProgress) callback() func(relay.ReplayProgress) {
+	if p.mode == config.ProgressNone {
+		return nil
+	}
+	return p.report
+}
+
+func (p *replayProgress) report(rp relay.ReplayProgress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
+	now := time.Now()
+	if !p.lastAt.IsZero() {
+		if dt := now.Sub(p.lastAt).Seconds(); dt > 0 {
+			r := float64(rp.Acked-p.last.Acked) / dt
+			if p.rate == 0 {
+				p.rate = r
+			} else {
+				p.rate = 0.7*p.rate + 0.3*r
+			}
+		}
+	}
+	p.last, p.lastAt = rp, now
+	eta := time.Duration(-1)
+	if left := rp.Total - rp.Acked - rp.Filtered; p.rate > 0 && left >= 0 {
+		eta = time.Duration(float64(left) / p.rate * float64(time.Second)).Round(time.Second)
+	}
+	if p.mode == config.ProgressBar {
+		fmt.Fprintf(p.c.stderr, "\r%s", bar(rp, p.rate, eta))
+		p.drawn = true
+		return
+	}
+	attrs := []any{"table", rp.Table, "acked", rp.Acked, "sent", rp.Sent, "total", rp.Total, "dead_lettered", rp.DeadLettered,
+		"filtered", rp.Filtered, "rows_per_second", int64(p.rate)}
+	if eta >= 0 {
+		attrs = append(attrs, "eta", eta.String())
+	}
+	p.c.log.Info("replay progress", append(attrs, "resume_token", rp.ResumeToken)...)
+}
+
+// finish ends the display (the bar's line).
+func (p *replayProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finished = true
+	if p.drawn {
+		fmt.Fprintln(p.c.stderr)
+	}
+}
+
+// bar is one line: [#####.....] acked/total pct rate ETA.
+func bar(rp relay.ReplayProgress, rate float64, eta time.Duration) string {
+	const width = 30
+	frac := 0.0
+	if rp.Total > 0 {
+		frac = float64(rp.Acked+rp.Filtered) / float64(rp.Total)
+	}
+	frac = min(max(frac, 0), 1)
+	n := int(frac * width)
+	etaText := "ETA --"
+	if eta >= 0 {
+		etaText = "ETA " + eta.String()
+	}
+	return fmt.Sprintf("replay [%s%s] %d/%d %3.0f%% %.0f rows/s %s   ",
+		strings.Repeat("#", n), strings.Repeat(".", width-n), rp.Acked+rp.Filtered, rp.Total, frac*100, rate, etaText)
+}

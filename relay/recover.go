@@ -1,0 +1,360 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Recovery after a lost slot (dropped, invalidated by
+// max_slot_wal_keep_size, or missing on a promoted standby): the events
+// committed after its last confirmed position may never have reached Kafka,
+// and the slot that knew that position is gone. What was delivered is read
+// back from Kafka instead, and the outbox rows committed since then are
+// replayed.
+
+// DefaultRecoveryMargin is how far before the last delivered event a
+// recovery replays by default. A row's created_at is its transaction's
+// start, earlier than its commit: the margin must cover the longest
+// transaction that writes outbox rows, and, in at-least-once mode, the
+// commit times of the records that were in flight when walrelay stopped
+// (a later record may have been acknowledged before an earlier one).
+const DefaultRecoveryMargin = time.Hour
+
+// LastDelivery is the newest event walrelay delivered, read back from the
+// outbox topics and the dead-letter topic as a read_committed consumer sees
+// them (replays' records left out).
+type LastDelivery struct {
+	Found bool
+	// Time is the record's timestamp: its transaction's commit time, or
+	// the mapped timestamp column's value (then earlier).
+	Time      time.Time
+	Topic     string
+	Partition int32
+	Offset    int64
+	ID        string // the id header
+	LSN       string // the walrelay.lsn header
+	// Checkpoint is the slot's last committed exactly-once checkpoint,
+	// when there is one: every transaction ending at or before its LSN is
+	// in Kafka, and the records above are those transactions' newest.
+	Checkpoint *sink.Checkpoint
+	Topics     int // topics read
+}
+
+// readbackWindow is how many offsets at the end of a partition are read
+// first for its newest committed record; a window without one is widened.
+const readbackWindow = 64
+
+// LastDelivered finds the newest event delivered to Kafka with opts' sink
+// settings: the newest committed record, by timestamp, among the newest of
+// every partition of the topics opts' templates render (and the dead-letter
+// topic). Records of replays are left out (theirs are old events). In
+// exactly-once mode it also reads the slot's checkpoint (the system
+// identifier comes from Postgres; without the privilege to read it, the
+// checkpoint is left out). Nothing is produced and no producer is fenced.
+func LastDelivered(ctx context.Context, opts Options) (LastDelivery, error) {
+	var last LastDelivery
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	snk, err := sink.New(opts.Sink, sink.WithLogger(log))
+	if err != nil {
+		return last, err
+	}
+	defer snk.Close()
+	cl, err := newReadbackClient(snk)
+	if err != nil {
+		return last, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics, err := outboxTopics(ctx, adm, opts.Sink)
+	if err != nil {
+		return last, err
+	}
+	if x := opts.ExactlyOnce; x != nil {
+		topics = slices.DeleteFunc(topics, func(t string) bool { return t == x.CheckpointTopic })
+	}
+	last.Topics = len(topics)
+	if len(topics) > 0 {
+		if err := newestCommitted(ctx, cl, adm, topics, &last); err != nil {
+			return last, err
+		}
+	}
+	if x := opts.ExactlyOnce; x != nil {
+		cp, ok, err := slotCheckpoint(ctx, snk, opts)
+		if err != nil {
+			log.Warn("recovery: the exactly-once checkpoint could not be read; the newest records alone say what was delivered", "error", err.Error())
+		} else if ok {
+			last.Checkpoint = &cp
+		}
+	}
+	return last, nil
+}
+
+// outboxTopics lists the topics of the cluster that cfg's templates render,
+// and the dead-letter topic.
+func outboxTopics(ctx context.Context, adm *kadm.Client, cfg sink.Config) ([]string, error) {
+	tmpls, err := cfg.Templates()
+	if err != nil {
+		return nil, err
+	}
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
+	}
+	dlq := cfg.DeadLetterTopic()
+	var out []string
+	for _, name := range td.Names() {
+		if name == dlq {
+			out = append(out, name)
+			continue
+		}
+		for _, t := range tmpls {
+			if t.Matches(name) {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// newestCommitted reads the end of every partition of topics and keeps in
+// last the committed record (not a replay's) with the newest timestamp.
+func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string, last *LastDelivery) error {
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: list start offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: list end offsets: %w", err)
+	}
+	// Partitions without a committed record yet, and how far back their
+	// window reaches.
+	type tp struct {
+		topic string
+		p     int32
+	}
+	pending := map[tp]offsetRange{}
+	ends.Each(func(o kadm.ListedOffset) {
+		s, _ := starts.Lookup(o.Topic, o.Partition)
+		if o.Offset > s.Offset {
+			pending[tp{o.Topic, o.Partition}] = offsetRange{from: max(s.Offset, o.Offset-readbackWindow), to: o.Offset}
+		}
+	})
+	for window := int64(readbackWindow); len(pending) > 0; window *= 8 {
+		ranges := map[string]map[int32]offsetRange{}
+		for k, r := range pending {
+			if ranges[k.topic] == nil {
+				ranges[k.topic] = map[int32]offsetRange{}
+			}
+			ranges[k.topic][k.p] = r
+		}
+		found := map[tp]bool{}
+		err := readRanges(ctx, cl, ranges, func(r *kgo.Record, st recordState) error {
+			if st != stateCommitted || recordHeader(r, sink.HeaderReplay) != "" || recordHeader(r, sink.HeaderID) == "" {
+				return nil // not an event walrelay delivered (a replay's, or another producer's)
+			}
+			found[tp{r.Topic, r.Partition}] = true
+			if !last.Found || newer(r, last) {
+				*last = LastDelivery{Found: true, Time: r.Timestamp.UTC(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+					ID: recordHeader(r, sink.HeaderID), LSN: recordHeader(r, sink.HeaderLSN), Topics: last.Topics}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for k, r := range pending {
+			s, _ := starts.Lookup(k.topic, k.p)
+			if found[k] || r.from <= s.Offset {
+				delete(pending, k) // found, or nothing committed in the whole partition
+				continue
+			}
+			pending[k] = offsetRange{from: max(s.Offset, r.to-window*8), to: r.from}
+		}
+	}
+	return nil
+}
+
+// newer reports whether r is newer than last: a later timestamp, or the
+// same millisecond and a later WAL position.
+func newer(r *kgo.Record, last *LastDelivery) bool {
+	if !r.Timestamp.Equal(last.Time) {
+		return r.Timestamp.After(last.Time)
+	}
+	a, aerr := pglogrepl.ParseLSN(recordHeader(r, sink.HeaderLSN))
+	b, berr := pglogrepl.ParseLSN(last.LSN)
+	return aerr == nil && (berr != nil || a > b)
+}
+
+// recordHeader returns the value of r's first header named key, "" if none.
+func recordHeader(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// slotCheckpoint reads the exactly-once checkpoint of opts' slot, keyed by
+// the server's system identifier.
+func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts Options) (sink.Checkpoint, bool, error) {
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+	if err != nil {
+		return sink.Checkpoint{}, false, err
+	}
+	defer conn.Close(context.Background())
+	var sysID string
+	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
+		return sink.Checkpoint{}, false, fmt.Errorf("read the system identifier: %w", err)
+	}
+	slot := opts.Replication.Slot
+	if slot == "" {
+		slot = "walrelay"
+	}
+	return snk.ReadCheckpoint(ctx, opts.ExactlyOnce.CheckpointTopic, sink.CheckpointKey(sysID, slot))
+}
+
+// SlotState is a replication slot as pg_replication_slots shows it.
+type SlotState struct {
+	Name        string
+	Exists      bool
+	Lost        bool   // wal_status lost: invalidated, WAL it needed is gone
+	Active      bool   // a process streams from it
+	CatalogXmin uint32 // 0 when NULL
+	Confirmed   string // confirmed_flush_lsn, "" when NULL
+}
+
+// ReadSlotState reads slot's row of pg_replication_slots over conn.
+func ReadSlotState(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
+	st := SlotState{Name: slot}
+	var xmin, confirmed, walStatus *string
+	err := conn.QueryRow(ctx, `SELECT catalog_xmin::text, confirmed_flush_lsn::text, wal_status, active
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&xmin, &confirmed, &walStatus, &st.Active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	st.Exists = true
+	st.Lost = walStatus != nil && *walStatus == "lost"
+	if confirmed != nil {
+		st.Confirmed = *confirmed
+	}
+	if xmin != nil {
+		x, err := strconv.ParseUint(*xmin, 10, 32)
+		if err != nil {
+			return st, fmt.Errorf("slot %s: catalog_xmin %q: %w", slot, *xmin, err)
+		}
+		st.CatalogXmin = uint32(x)
+	}
+	return st, nil
+}
+
+// Recovery is the plan of a replay after a lost slot: the rows committed
+// since the last delivered event, less the margin.
+type Recovery struct {
+	Slot      SlotState
+	Delivered LastDelivery
+	Margin    time.Duration
+	// Since is where the replay starts: Delivered.Time - Margin; zero
+	// (everything the table holds) when nothing was delivered.
+	Since time.Time
+}
+
+// SlotInUseError refuses a recovery while the slot exists and is valid:
+// events it already streamed would be taken for the last delivered ones
+// and hide the gap.
+type SlotInUseError struct{ Slot SlotState }
+
+func (e *SlotInUseError) Error() string {
+	return fmt.Sprintf("replication slot %q exists and is valid (confirmed up to %s): a recovery replays what a lost slot did not deliver; "+
+		"once walrelay streams from a new slot, its events hide that gap. If the slot was created after the loss, replay from the time walrelay "+
+		"reported the loss with an explicit start time instead; if the slot works, there is nothing to recover", e.Slot.Name, e.Slot.Confirmed)
+}
+
+// PlanRecovery checks opts' slot and finds the last delivered event: the
+// slot must be missing or lost (a *SlotInUseError otherwise).
+func PlanRecovery(ctx context.Context, opts Options, margin time.Duration) (Recovery, error) {
+	rec := Recovery{Margin: margin}
+	if margin < 0 {
+		return rec, &OptionError{Option: "Margin", Err: errors.New("must not be negative")}
+	}
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+	if err != nil {
+		return rec, err
+	}
+	defer conn.Close(context.Background())
+	slot := opts.Replication.Slot
+	if slot == "" {
+		slot = "walrelay"
+	}
+	if rec.Slot, err = ReadSlotState(ctx, conn, slot); err != nil {
+		return rec, err
+	}
+	if rec.Slot.Exists && !rec.Slot.Lost {
+		return rec, &SlotInUseError{Slot: rec.Slot}
+	}
+	if rec.Delivered, err = LastDelivered(ctx, opts); err != nil {
+		return rec, err
+	}
+	if rec.Delivered.Found {
+		rec.Since = rec.Delivered.Time.Add(-margin)
+	}
+	return rec, nil
+}
+
+// CreateSlot makes the new slot a recovery hands over to: it drops the
+// lost slot, if any, and creates the slot (and the publication, when
+// missing) as walrelay run does. Call it before the replay reads its
+// snapshot: every transaction committed before the slot's start is then in
+// the snapshot, and every later one is streamed by the slot, so nothing
+// falls between them.
+func (rec *Recovery) CreateSlot(ctx context.Context, opts Options) error {
+	if rec.Slot.Exists {
+		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+		if err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND wal_status = 'lost'", rec.Slot.Name)
+		conn.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("drop the lost slot %s: %w", rec.Slot.Name, err)
+		}
+	}
+	rcfg := opts.Replication
+	rcfg.NoCreateSlot, rcfg.SlotMustExist = false, false
+	conn, err := replication.Open(ctx, rcfg)
+	if err != nil {
+		return err
+	}
+	if !conn.Created {
+		_ = conn.Close(context.Background())
+		return fmt.Errorf("replication slot %q was created by another process meanwhile: its events may hide the gap; stop it and drop that slot, then recover again", rcfg.Slot)
+	}
+	return conn.Close(context.Background())
+}

@@ -1,0 +1,616 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/sink"
+)
+
+// Redrive sends dead-lettered events to the topics they were meant for once
+// the cause is gone (walrelay dlq redrive). An event whose row is still in
+// its outbox table is made again from the row, through DecodeRow and the
+// sink's Prepare as the relay makes it (so a changed encoding applies);
+// otherwise the stored record goes back as it is, without the dead-letter
+// headers. Either way it keeps its id, walrelay.lsn and walrelay.xid: it is
+// the first delivery of that event to its topic. An event that still
+// cannot go is dead-lettered again with walrelay.dlq.attempts counting the
+// tries, so a later redrive sees it again. Progress is kept in a consumer
+// group's committed offsets: a second redrive sends nothing the first sent.
+
+// DefaultRedriveGroup is the consumer group that remembers what was
+// redriven.
+const DefaultRedriveGroup = "walrelay-dlq-redrive"
+
+// RedriveOptions select the dead-letter records to redrive: those matching
+// every criterion given (an empty list or a zero time matches all).
+type RedriveOptions struct {
+	// Reasons are walrelay.dlq.reason values (DeadLetterReason).
+	Reasons []string
+	// Topics are the topics the events were meant for (walrelay.dlq.topic).
+	Topics []string
+	// Since and Until bound the records' timestamp (the event's: its
+	// commit time or timestamp column): Since <= t < Until.
+	Since, Until time.Time
+	// Group is the consumer group whose committed offsets say what was
+	// redriven (DefaultRedriveGroup).
+	Group string
+	// DryRun lists what would be sent, and sends and commits nothing.
+	DryRun bool
+	// OnRecord, when set, is called for each selected record with what
+	// was (or with DryRun would be) done, on the calling goroutine.
+	OnRecord func(RedriveItem)
+}
+
+// RedriveOutcome is what a redrive did with one record.
+type RedriveOutcome string
+
+// Redrive outcomes.
+const (
+	RedriveSent         RedriveOutcome = "sent"                // handed to Kafka for its topic
+	RedriveWouldSend    RedriveOutcome = "would_send"          // dry run
+	RedriveDeadLettered RedriveOutcome = "dead_lettered_again" // still fails: dead-lettered anew
+	RedriveFiltered     RedriveOutcome = "filtered"            // its table's filter no longer publishes it
+)
+
+// RedriveItem is one selected dead-letter record.
+type RedriveItem struct {
+	Partition int32
+	Offset    int64
+	ID        string
+	Reason    string // walrelay.dlq.reason
+	Intended  string // walrelay.dlq.topic
+	Table     string // walrelay.dlq.table
+	// Target is the topic the record goes (or would go) to: its own, or
+	// the dead-letter topic when it still fails.
+	Target string
+	// FromRow: made again from the row in the outbox table (else from the
+	// stored record).
+	FromRow bool
+	Outcome RedriveOutcome
+	Cause   error // why it still fails (RedriveDeadLettered)
+}
+
+// RedriveResult counts what a redrive did.
+type RedriveResult struct {
+	Topic, Group string
+	// Selected counts the records matching the selection that were not
+	// redriven before; Sent those Kafka acknowledged at their topic
+	// (FromRow of them made from their rows); DeadLettered those
+	// dead-lettered again; Filtered those no longer published.
+	Selected, Sent, FromRow, DeadLettered, Filtered int64
+	// Left counts the records the selection left for a later redrive
+	// (not matching, or of a transaction still open).
+	Left int64
+	// Deferred counts the records not looked at because more records left
+	// behind than the group can remember came before them; redrive again.
+	Deferred int64
+}
+
+// DeadLetterReasons returns every dead-letter reason, in the order the
+// pipeline checks them (what RedriveOptions.Reasons may hold).
+func DeadLetterReasons() []DeadLetterReason {
+	out := make([]DeadLetterReason, len(deadLetterReasons))
+	for i, r := range deadLetterReasons {
+		out[i] = r.reason
+	}
+	return out
+}
+
+// maxLeft is the most records left behind (not redriven) above the
+// committed offset that a partition's commit metadata remembers.
+const maxLeft = 500
+
+// Redrive redrives the selected records of opts' dead-letter topic with
+// opts' tables, mapping, routing and Kafka settings. It reads each
+// partition up to its end when it starts, from the group's committed
+// offset on, and commits the group's offsets once what it sent is
+// acknowledged. Records are produced at least once (also in exactly-once
+// mode): a redrive that is interrupted or fails commits nothing, and the
+// next one sends again what it sent; consumers deduplicate on id.
+func Redrive(ctx context.Context, opts Options, ro RedriveOptions) (RedriveResult, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if ro.Group == "" {
+		ro.Group = DefaultRedriveGroup
+	}
+	res := RedriveResult{Topic: opts.Sink.DeadLetterTopic(), Group: ro.Group}
+	if err := opts.validate(); err != nil {
+		return res, err
+	}
+	opts.Decoder.HeartbeatPrefix = HeartbeatPrefix
+	dec, err := decoder.New(opts.Decoder)
+	if err != nil {
+		return res, &OptionError{Option: "Decoder", Err: err}
+	}
+	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
+	if err != nil {
+		return res, err
+	}
+	defer snk.Close()
+	kctx, cancel := context.WithTimeout(ctx, opts.KafkaTimeout)
+	err = snk.Ping(kctx)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	cl, err := newReadbackClient(snk)
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	r := &redriver{opts: opts, ro: ro, res: &res, snk: snk, dec: dec, cl: cl, adm: kadm.NewClient(cl), tables: map[string]*outboxTable{}}
+	defer r.close()
+	return res, r.run(ctx)
+}
+
+type redriver struct {
+	opts   Options
+	ro     RedriveOptions
+	res    *RedriveResult
+	snk    *sink.Sink
+	dec    *decoder.Decoder
+	cl     *kgo.Client
+	adm    *kadm.Client
+	conn   *pgx.Conn               // for rows, opened on first use
+	tables map[string]*outboxTable // by schema.name, inspected on first use
+	out    decoder.Output
+}
+
+func (r *redriver) close() {
+	if r.conn != nil {
+		_ = r.conn.Close(context.Background())
+	}
+}
+
+// partProgress is one partition's progress: the committed offset, and
+// above it, up to end, every offset is redriven (or needs nothing) but
+// those in left.
+type partProgress struct {
+	committed int64
+	end       int64
+	left      []int64 // sorted
+}
+
+func (p partProgress) done(off int64) bool {
+	if off < p.committed {
+		return true
+	}
+	if off >= p.end {
+		return false
+	}
+	_, found := slices.BinarySearch(p.left, off)
+	return !found
+}
+
+func (r *redriver) run(ctx context.Context) error {
+	topic := r.res.Topic
+	td, err := r.adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("kafka: look up the dead-letter topic %s: %w", topic, err)
+	}
+	if !td.Has(topic) {
+		return nil // nothing was ever dead-lettered
+	}
+	starts, err := r.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: list start offsets of %s: %w", topic, err)
+	}
+	ends, err := r.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: list end offsets of %s: %w", topic, err)
+	}
+	var committed kadm.OffsetResponses
+	err = r.coordinated(ctx, func() error {
+		var err error
+		committed, err = r.adm.FetchOffsetsForTopics(ctx, r.ro.Group, topic)
+		if err == nil {
+			err = committed.Error()
+		}
+		return err
+	})
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = nil, nil // the first redrive
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: read the committed offsets of group %s: %w", r.ro.Group, err)
+	}
+	before := map[int32]partProgress{}
+	ranges := map[string]map[int32]offsetRange{topic: {}}
+	ends.Each(func(o kadm.ListedOffset) {
+		s, _ := starts.Lookup(topic, o.Partition)
+		p := partProgress{committed: s.Offset}
+		if c, ok := committed.Lookup(topic, o.Partition); ok && c.At >= 0 {
+			p = parseProgress(c.At, c.Metadata)
+			p.committed = max(p.committed, s.Offset)
+		}
+		before[o.Partition] = p
+		ranges[topic][o.Partition] = offsetRange{from: p.committed, to: o.Offset}
+	})
+	// Pass one: which records this run leaves behind; a partition is read
+	// only as far as the group can remember them.
+	left := map[int32][]int64{}
+	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
+		p := before[rec.Partition]
+		switch {
+		case st == stateAborted || p.done(rec.Offset):
+		case st == stateOpen || !r.selected(rec):
+			left[rec.Partition] = append(left[rec.Partition], rec.Offset)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for part, offs := range left {
+		slices.Sort(offs)
+		if len(offs) > maxLeft {
+			rg := ranges[topic][part]
+			rg.to = offs[maxLeft]
+			ranges[topic][part] = rg
+			offs = offs[:maxLeft]
+			left[part] = offs
+		}
+		r.res.Left += int64(len(offs))
+	}
+	for part, rg := range ranges[topic] {
+		e, _ := ends.Lookup(topic, part)
+		r.res.Deferred += e.Offset - rg.to
+	}
+	if r.res.Deferred > 0 {
+		r.opts.Logger.Warn("dlq redrive: more records are left behind than the group can remember; the rest waits for the next redrive",
+			"topic", topic, "deferred_offsets", r.res.Deferred)
+	}
+	// Pass two: redrive the selected records.
+	var mu sync.Mutex
+	var sendErr error // the first record Kafka did not take
+	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProduce()
+	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
+		if st != stateCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.res.Selected++
+		item, out, err := r.redrive(ctx, rec)
+		if err != nil {
+			return err
+		}
+		if r.ro.OnRecord != nil {
+			r.ro.OnRecord(item)
+		}
+		if r.ro.DryRun || item.Outcome == RedriveFiltered {
+			if item.Outcome == RedriveFiltered {
+				r.res.Filtered++
+			}
+			return nil
+		}
+		offset, partition := rec.Offset, rec.Partition
+		r.snk.Send(produceCtx, out, func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if sendErr == nil {
+					sendErr = fmt.Errorf("redrive dead-letter record %d/%d: %w", partition, offset, err)
+				}
+				return
+			}
+			switch {
+			case item.Outcome == RedriveDeadLettered:
+				r.res.DeadLettered++
+			case item.FromRow:
+				r.res.Sent++
+				r.res.FromRow++
+			default:
+				r.res.Sent++
+			}
+		})
+		return nil
+	})
+	ferr := r.snk.Flush(context.WithoutCancel(ctx))
+	if r.ro.DryRun {
+		return err
+	}
+	if err == nil && ferr != nil {
+		err = fmt.Errorf("wait for kafka's acknowledgements: %w", ferr)
+	}
+	mu.Lock()
+	if err == nil {
+		err = sendErr
+	}
+	mu.Unlock()
+	if err != nil {
+		// Interrupted or failed: nothing is committed, and the next redrive
+		// sends again what this one sent (consumers deduplicate on id).
+		return err
+	}
+	return r.commit(ctx, ranges[topic], left)
+}
+
+// commit records the partitions' progress: every offset of their ranges is
+// done but those in left.
+func (r *redriver) commit(ctx context.Context, ranges map[int32]offsetRange, left map[int32][]int64) error {
+	offs := kadm.Offsets{}
+	for part, rg := range ranges {
+		l := left[part]
+		slices.Sort(l)
+		p := partProgress{committed: rg.to, end: rg.to}
+		if len(l) > 0 {
+			p = partProgress{committed: l[0], end: rg.to, left: l}
+		}
+		offs.Add(kadm.Offset{Topic: r.res.Topic, Partition: part, At: p.committed, LeaderEpoch: -1, Metadata: p.String()})
+	}
+	return r.commitOffsets(context.WithoutCancel(ctx), offs)
+}
+
+func (r *redriver) commitOffsets(ctx context.Context, offs kadm.Offsets) error {
+	err := r.coordinated(ctx, func() error {
+		resp, err := r.adm.CommitOffsets(ctx, r.ro.Group, offs)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: commit the redrive's progress to group %s: %w", r.ro.Group, err)
+	}
+	return nil
+}
+
+// coordinated runs a request to the group's coordinator, again while Kafka
+// answers that the coordinator is not available yet (a fresh cluster
+// creating its offsets topic, a coordinator moving), for up to the Kafka
+// timeout.
+func (r *redriver) coordinated(ctx context.Context, request func() error) error {
+	deadline := time.Now().Add(r.opts.KafkaTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		err := request()
+		if err == nil || !kerr.IsRetriable(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		r.opts.Logger.Debug("dlq redrive: the group coordinator is not available yet; trying again", "group", r.ro.Group, "error", err.Error())
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// selected reports whether rec matches the selection.
+func (r *redriver) selected(rec *kgo.Record) bool {
+	if len(r.ro.Reasons) > 0 && !slices.Contains(r.ro.Reasons, recordHeader(rec, sink.HeaderDLQReason)) {
+		return false
+	}
+	if len(r.ro.Topics) > 0 && !slices.Contains(r.ro.Topics, recordHeader(rec, sink.HeaderDLQTopic)) {
+		return false
+	}
+	if !r.ro.Since.IsZero() && rec.Timestamp.Before(r.ro.Since) {
+		return false
+	}
+	return r.ro.Until.IsZero() || rec.Timestamp.Before(r.ro.Until)
+}
+
+// redrive makes rec's record for its topic, or, when it still fails, for
+// the dead-letter topic again; with DryRun it only says which.
+func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, sink.Record, error) {
+	item := RedriveItem{Partition: rec.Partition, Offset: rec.Offset, ID: recordHeader(rec, sink.HeaderID),
+		Reason: recordHeader(rec, sink.HeaderDLQReason), Intended: recordHeader(rec, sink.HeaderDLQTopic), Table: recordHeader(rec, sink.HeaderDLQTable)}
+	attempts, _ := strconv.Atoi(recordHeader(rec, sink.HeaderDLQAttempts))
+	again := func(out sink.Record, cause error) (RedriveItem, sink.Record, error) {
+		item.Outcome, item.Cause, item.Target = RedriveDeadLettered, cause, r.res.Topic
+		return item, out.WithHeader(sink.HeaderDLQAttempts, []byte(strconv.Itoa(attempts+1))), nil
+	}
+	ev, err := r.fromRow(ctx, rec, item.Table, item.ID)
+	if err != nil {
+		return item, sink.Record{}, err
+	}
+	if ev != nil {
+		item.FromRow = true
+		if r.out.Kind == decoder.KindFiltered {
+			item.Outcome = RedriveFiltered
+			return item, sink.Record{}, nil
+		}
+		if r.ro.DryRun {
+			item.Target, _ = r.snk.Topic(ev)
+			item.Outcome = RedriveWouldSend
+			return item, sink.Record{}, nil
+		}
+		p, err := prepareEvent(ctx, r.snk, ev, OnPoisonDLQ, r.opts.Logger)
+		if err != nil {
+			return item, sink.Record{}, err
+		}
+		if p.Reason != "" {
+			return again(p.Record, p.Cause)
+		}
+		item.Outcome, item.Target = RedriveSent, p.Record.Topic()
+		return item, p.Record, nil
+	}
+	// The row is gone: the stored record, when it holds the event whole.
+	var cause error
+	switch {
+	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
+		cause = errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
+	case !refusal(item.Reason):
+		cause = fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", item.Reason)
+	}
+	if r.ro.DryRun {
+		item.Outcome, item.Target = RedriveWouldSend, item.Intended
+		if cause != nil {
+			item.Outcome, item.Target, item.Cause = RedriveDeadLettered, r.res.Topic, cause
+		}
+		return item, sink.Record{}, nil
+	}
+	if cause == nil {
+		stored := *rec
+		stored.Topic = item.Intended
+		out, err := retryPrepare(ctx, r.opts.Logger, item.ID, func() (sink.Record, error) { return r.snk.PrepareStored(ctx, &stored, item.ID) })
+		if err == nil {
+			item.Outcome, item.Target = RedriveSent, out.Topic()
+			return item, out, nil
+		}
+		if _, ok := refusalReason(err); !ok {
+			return item, sink.Record{}, err
+		}
+		cause = err
+	}
+	out, err := retryPrepare(ctx, r.opts.Logger, item.ID, func() (sink.Record, error) {
+		return r.snk.PrepareDeadLetterAgain(ctx, rec, item.ID, cause, attempts+1)
+	})
+	if err != nil {
+		return item, sink.Record{}, err
+	}
+	return again(out, cause)
+}
+
+// fromRow returns the event of the row id of table (schema.name) when the
+// row is still there, nil otherwise, with the dead-letter record's WAL
+// position and time.
+func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id string) (*decoder.Event, error) {
+	t, err := r.table(ctx, table)
+	if t == nil || err != nil || id == "" {
+		return nil, err
+	}
+	vals, err := t.rowByID(ctx, r.conn, id)
+	if vals == nil || err != nil {
+		return nil, err
+	}
+	if err := r.dec.DecodeRow(t.name, t.cols, vals, rec.Timestamp, &r.out); err != nil {
+		return nil, fmt.Errorf("redrive event %s: %w", id, err)
+	}
+	ev := &r.out.Event
+	ev.LSN, _ = pglogrepl.ParseLSN(recordHeader(rec, sink.HeaderLSN))
+	if x, err := strconv.ParseUint(recordHeader(rec, sink.HeaderXID), 10, 32); err == nil {
+		ev.XID = uint32(x)
+	}
+	return ev, nil
+}
+
+// table returns the configured outbox table name (schema.name) as
+// inspected, nil when it is not configured.
+func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error) {
+	if t, ok := r.tables[name]; ok {
+		return t, nil
+	}
+	var t *outboxTable
+	for i, dt := range r.opts.Decoder.Tables {
+		if dt.Schema+"."+dt.Name != name {
+			continue
+		}
+		if r.conn == nil {
+			conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay dlq redrive")
+			if err != nil {
+				return nil, err
+			}
+			r.conn = conn
+		}
+		var err error
+		if t, err = inspectTable(ctx, r.conn, i, dt, ""); err != nil {
+			return nil, err
+		}
+	}
+	r.tables[name] = t
+	return t, nil
+}
+
+// refusal reports whether reason is one the sink gave (the record was
+// fine, Kafka would not take it) rather than a problem of its values.
+func refusal(reason string) bool {
+	for _, d := range deadLetterReasons {
+		if string(d.reason) == reason {
+			return d.refusal != nil
+		}
+	}
+	return false
+}
+
+// progressFormat heads a partition's commit metadata.
+const progressFormat = "walrelay-redrive-v1"
+
+// String encodes p's end and left offsets (relative, base 36) as commit
+// metadata.
+func (p partProgress) String() string {
+	var b strings.Builder
+	b.WriteString(progressFormat)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(p.end-p.committed, 36))
+	prev := p.committed
+	for i, o := range p.left {
+		if i == 0 {
+			b.WriteByte(':')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(o-prev, 36))
+		prev = o
+	}
+	return b.String()
+}
+
+// parseProgress reads the progress committed at offset at with metadata;
+// metadata it does not understand means nothing is known above at.
+func parseProgress(at int64, metadata string) partProgress {
+	p := partProgress{committed: at, end: at}
+	rest, ok := strings.CutPrefix(metadata, progressFormat+":")
+	if !ok {
+		return p
+	}
+	endS, leftS, _ := strings.Cut(rest, ":")
+	n, err := strconv.ParseInt(endS, 36, 64)
+	if err != nil || n < 0 {
+		return p
+	}
+	var left []int64
+	prev := at
+	if leftS != "" {
+		for _, s := range strings.Split(leftS, ",") {
+			d, err := strconv.ParseInt(s, 36, 64)
+			if err != nil || d < 0 {
+				return p
+			}
+			prev += d
+			left = append(left, prev)
+		}
+	}
+	p.end, p.left = at+n, left
+	return p
+}
+
+// retryPrepare calls prepare until it succeeds or fails for good, waiting
+// with backoff while Kafka is unavailable.
+func retryPrepare(ctx context.Context, log *slog.Logger, id string, prepare func() (sink.Record, error)) (sink.Record, error) {
+	rec, err := prepare()
+	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
+		wait := jitter(min(kafkaRetryMin<<min(attempt-1, 10), kafkaRetryMax))
+		log.Warn("kafka unavailable while preparing an event's record; retrying", "id", id, "attempt", attempt,
+			"retry_in", wait.String(), "error", err.Error())
+		if err := sleep(ctx, wait); err != nil {
+			return sink.Record{}, err
+		}
+		rec, err = prepare()
+	}
+	return rec, err
+}

@@ -1,0 +1,132 @@
+package sink_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/sink"
+)
+
+// TestMarkReplay: a replayed record is the record Prepare makes, with the
+// replay marker instead of the WAL position headers.
+func TestMarkReplay(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "replay.{aggregate_type}", CloudEvents: true})
+	ctx := testCtx(t)
+	ev := event(1, "order", "o-1")
+	ev.Headers = nil
+	plain, err := s.Prepare(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Prepare(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = r.MarkReplay("r-1")
+	a := newAcks(2)
+	s.Send(ctx, plain, a.done("plain"))
+	s.Send(ctx, r, a.done("replay"))
+	allOK(t, a.wait(t, 2), []string{"plain", "replay"})
+	recs := consume(t, c, "replay.order", 2)
+	orig, rep := recs[0], recs[1]
+	if string(orig.Value) != string(rep.Value) || string(orig.Key) != string(rep.Key) || !orig.Timestamp.Equal(rep.Timestamp) {
+		t.Errorf("replayed record differs: key %q value %q ts %v, original key %q value %q ts %v",
+			rep.Key, rep.Value, rep.Timestamp, orig.Key, orig.Value, orig.Timestamp)
+	}
+	want := headerMap(orig.Headers)
+	delete(want, sink.HeaderLSN)
+	delete(want, sink.HeaderXID)
+	want[sink.HeaderReplay] = "r-1"
+	got := headerMap(rep.Headers)
+	if len(got) != len(want) || len(rep.Headers) != len(want) {
+		t.Errorf("replay headers %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("replay header %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestTemplateMatches(t *testing.T) {
+	tests := []struct {
+		tmpl  string
+		topic string
+		want  bool
+	}{
+		{"outbox.event.{aggregate_type}", "outbox.event.order", true},
+		{"outbox.event.{aggregate_type}", "outbox.event.", false},
+		{"outbox.event.{aggregate_type}", "outbox.events", false},
+		{"outbox.event.{aggregate_type}", "other.event.order", false},
+		{"{table}.{aggregate_type}.v1", "outbox.order.item.v1", true},
+		{"{table}.{aggregate_type}.v1", "outbox.order.v2", false},
+		{"fixed", "fixed", true},
+		{"fixed", "fixed2", false},
+		{"a.{event_type}", "a.x y", false},
+	}
+	for _, tt := range tests {
+		tm, err := sink.ParseTemplate(tt.tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tm.Matches(tt.topic); got != tt.want {
+			t.Errorf("%q matches %q = %v, want %v", tt.tmpl, tt.topic, got, tt.want)
+		}
+	}
+	ts, err := sink.Config{Topic: "a.{aggregate_type}", TableTopics: map[string]string{"b.t": "b.{event_type}", "a.t": "t.fixed"}}.Templates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srcs []string
+	for _, tm := range ts {
+		srcs = append(srcs, tm.String())
+	}
+	if strings.Join(srcs, " ") != "a.{aggregate_type} t.fixed b.{event_type}" {
+		t.Errorf("templates %v", srcs)
+	}
+}
+
+// TestPrepareStored: a stored dead-letter record goes back to its topic
+// without the dead-letter headers; a record still too large is refused
+// like Prepare refuses it.
+func TestPrepareStored(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()})
+	ctx := testCtx(t)
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	stored := &kgo.Record{Topic: "stored.order", Partition: 3, Key: []byte("o-1"), Value: []byte(`{"a":1}`), Timestamp: ts,
+		Headers: []kgo.RecordHeader{{Key: "id", Value: []byte("e1")}, {Key: sink.HeaderDLQReason, Value: []byte("topic_refused")},
+			{Key: "traceparent", Value: []byte("t")}, {Key: sink.HeaderDLQTopic, Value: []byte("stored.order")}}}
+	r, err := s.PrepareStored(ctx, stored, "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Topic() != "stored.order" {
+		t.Errorf("topic %q", r.Topic())
+	}
+	a := newAcks(1)
+	s.Send(ctx, r, a.done("e1"))
+	allOK(t, a.wait(t, 1), []string{"e1"})
+	got := consume(t, c, "stored.order", 1)[0]
+	if h := headerMap(got.Headers); len(h) != 2 || h["id"] != "e1" || h["traceparent"] != "t" {
+		t.Errorf("headers %v, want id and traceparent only", h)
+	}
+	if string(got.Key) != "o-1" || string(got.Value) != `{"a":1}` || !got.Timestamp.Equal(ts) {
+		t.Errorf("record key %q value %q ts %v", got.Key, got.Value, got.Timestamp)
+	}
+	big := *stored
+	big.Value = make([]byte, 2<<20) // above the topic's max.message.bytes (1 MiB)
+	if _, err := s.PrepareStored(ctx, &big, "e2"); !errors.Is(err, sink.ErrTooLarge) {
+		t.Errorf("too large: %v, want ErrTooLarge", err)
+	}
+	bad := *stored
+	bad.Topic = "bad topic"
+	if _, err := s.PrepareStored(ctx, &bad, "e3"); !errors.Is(err, sink.ErrInvalidTopic) {
+		t.Errorf("invalid topic: %v, want ErrInvalidTopic", err)
+	}
+}
