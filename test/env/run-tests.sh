@@ -166,9 +166,10 @@ pg_major_core() (
 	local port
 	port="$(free_port_block 1)" || die "no free port for Postgres $v"
 	WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_PORT="$port" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" start 8>&- || return 1
-	# The version goes to env too: the WALRELAY_TEST_PGBIN exported for the main cluster would
-	# otherwise name Debian's 15 for every cluster the tests start themselves.
-	eval "$(WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" env)"
+	# The port and the version go to env too: the WALRELAY_TEST_PG_PORT and WALRELAY_TEST_PGBIN
+	# exported for the main cluster would otherwise point the tests at the main cluster and
+	# name its binaries for every cluster the tests start themselves.
+	eval "$(WALRELAY_TEST_DIR="$dir" WALRELAY_TEST_PG_PORT="$port" WALRELAY_TEST_PG_VERSION="$v" "$WALRELAY_ENV_DIR/pg.sh" env)"
 	export WALRELAY_TEST_PG_DSN WALRELAY_TEST_PG_PORT WALRELAY_TEST_PGDATA WALRELAY_TEST_PGBIN WALRELAY_TEST_PG_LOG
 	local have
 	have="$("$WALRELAY_TEST_PGBIN/postgres" --version)"
@@ -176,6 +177,10 @@ pg_major_core() (
 	case "$have" in
 	*" $v."*) ;;
 	*) log "the Postgres $v step would run $have"; return 1 ;;
+	esac
+	case "$WALRELAY_TEST_PG_DSN" in
+	*":$port/"*) ;;
+	*) log "the Postgres $v step would test $WALRELAY_TEST_PG_DSN, not its cluster on port $port"; return 1 ;;
 	esac
 	local rc=0
 	gotest -race -count=1 -timeout 20m -run "$PG_CORE" ./test/ ./replication/ ./cmd/walrelay/ || rc=1
