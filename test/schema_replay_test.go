@@ -178,6 +178,26 @@ schema_rules:
 			t.Fatalf("replay %s (%s): exit %d, want 0 and 'replayed %d rows'", id, replays[id], code, len(orders))
 		}
 	}
+	// Kafka writes a transaction's commit markers after EndTxn returns: a
+	// read_committed reader sees the exactly-once replay once the last
+	// stable offsets reach the end.
+	waitFor(t, 30*time.Second, "the exactly-once replay's commit markers", func() bool {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil || ends.Error() != nil {
+			return false
+		}
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil || stable.Error() != nil {
+			return false
+		}
+		done := true
+		ends.Each(func(e kadm.ListedOffset) {
+			if o, ok := stable.Lookup(topic, e.Partition); !ok || o.Offset != e.Offset {
+				done = false
+			}
+		})
+		return done
+	})
 	recs = consumeAllIsolation(t, env.kafka, topic, []string{topic}, true)
 	_, replayed := splitReplays(recs)
 	rows := map[string]*srRow{}
