@@ -26,7 +26,8 @@ import (
 // its outbox table is made again from the row, through DecodeRow and the
 // sink's Prepare as the relay makes it (so a changed encoding applies);
 // otherwise the stored record goes back as it is, without the dead-letter
-// headers. Either way it keeps its id, walrelay.lsn and walrelay.xid: it is
+// headers, its payload encoded by the schema rules as the relay encodes it
+// (sink.PrepareStored). Either way it keeps its id, walrelay.lsn and walrelay.xid: it is
 // the first delivery of that event to its topic. An event that still
 // cannot go is dead-lettered again with walrelay.dlq.attempts counting the
 // tries, so a later redrive sees it again. Progress is kept in a consumer

@@ -44,10 +44,14 @@ func (r Record) Topic() string { return r.rec.Topic }
 // PrepareStored makes a record Kafka will accept from a stored one (a
 // dead-letter record whose outbox row is gone): rec's topic, key, value,
 // headers and timestamp as they are, its partition chosen from the key.
-// Headers of the dead-letter topic (HeaderDLQPrefix) are removed. The topic
-// is looked up (created when missing and allowed) and the record checked
-// against its limits as Prepare does, with the same errors. id names the
-// event in errors. rec is not retained; its byte slices are.
+// Headers of the dead-letter topic (HeaderDLQPrefix) are removed. The value
+// and key a dead-letter record holds are the payload and aggregate id as
+// stored: a schema rule of the event's table (HeaderDLQTable) and event
+// type encodes them as Prepare does, so the record is the one Prepare makes
+// of the event (a payload that does not fit is ErrSchemaMismatch). The
+// topic is looked up (created when missing and allowed) and the record
+// checked against its limits as Prepare does, with the same errors. id
+// names the event in errors. rec is not retained; its byte slices are.
 func (s *Sink) PrepareStored(ctx context.Context, rec *kgo.Record, id string) (Record, error) {
 	out := &kgo.Record{Topic: rec.Topic, Partition: noPartition, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
 	for _, h := range rec.Headers {
@@ -63,6 +67,9 @@ func (s *Sink) PrepareStored(ctx context.Context, rec *kgo.Record, id string) (R
 	}
 	m, err := s.topic(ctx, out.Topic)
 	if err != nil {
+		return fail(err)
+	}
+	if err := s.encodeSchema(ctx, headerValue(rec.Headers, HeaderDLQTable), headerValue(rec.Headers, HeaderEventType), out); err != nil {
 		return fail(err)
 	}
 	if err := s.checkSize(ctx, m, out); err != nil {

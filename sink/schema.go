@@ -36,16 +36,17 @@ func (s *Sink) initSchemas() error {
 	return nil
 }
 
-// encodeSchema encodes rec's value and key when a schema rule covers ev (see
-// package schema). Errors wrap ErrSchemaMismatch (the event's fault),
-// ErrRegistryUnavailable (retryable), or a permanent registry or
-// configuration error (schema.ErrNotAuthorized, schema.ErrSubjectMissing,
-// schema.ErrRefused, schema.ErrInvalidSchema) that stops the relay.
-func (s *Sink) encodeSchema(ctx context.Context, ev *decoder.Event, rec *kgo.Record) error {
+// encodeSchema encodes rec's value and key when a schema rule covers the
+// event's table and event type (see package schema). Errors wrap
+// ErrSchemaMismatch (the event's fault), ErrRegistryUnavailable
+// (retryable), or a permanent registry or configuration error
+// (schema.ErrNotAuthorized, schema.ErrSubjectMissing, schema.ErrRefused,
+// schema.ErrInvalidSchema) that stops the relay.
+func (s *Sink) encodeSchema(ctx context.Context, table, eventType string, rec *kgo.Record) error {
 	if s.schemas == nil {
 		return nil
 	}
-	v, k, err := s.schemas.Encode(ctx, schema.Target{Topic: rec.Topic, Table: ev.Table, EventType: ev.EventType}, rec.Value, rec.Key)
+	v, k, err := s.schemas.Encode(ctx, schema.Target{Topic: rec.Topic, Table: table, EventType: eventType}, rec.Value, rec.Key)
 	if err != nil {
 		return err
 	}

@@ -496,7 +496,7 @@ func (s *Sink) Prepare(ctx context.Context, ev *decoder.Event) (Record, error) {
 	if err := s.encodeJSONValue(ev, rec); err != nil {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
-	if err := s.encodeSchema(ctx, ev, rec); err != nil {
+	if err := s.encodeSchema(ctx, ev.Table, ev.EventType, rec); err != nil {
 		return Record{}, &ProduceError{Topic: topic, EventID: ev.ID, LSN: ev.LSN.String(), Err: err}
 	}
 	if err := s.checkSize(ctx, m, rec); err != nil {
