@@ -49,7 +49,7 @@ func (f *relayFixture) relayRunning(t *testing.T, when string) {
 	}
 }
 
-// TestTopicLookupOutageRetried (issue 8, item 4): Kafka failing the creation
+// TestTopicLookupOutageRetried: Kafka failing the creation
 // of the topic of a transaction's first event (NOT_CONTROLLER, then
 // REQUEST_TIMED_OUT without creating it) does not stop the relay: it retries
 // with backoff, confirms nothing past the transaction meanwhile, and produces
@@ -115,7 +115,7 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	}
 }
 
-// TestTopicLookupOutageShutdown (issue 8, item 4): a shutdown while the
+// TestTopicLookupOutageShutdown: a shutdown while the
 // relay waits for Kafka to create a topic returns promptly and cleanly
 // (nil), without confirming the unproduced transaction.
 func TestTopicLookupOutageShutdown(t *testing.T) {
@@ -153,7 +153,7 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 	t.Logf("shutdown took %v with %d refused creations", took, h.Hits())
 }
 
-// TestTopicCreationRefusedIsPoison (issue 8, item 5): a topic Kafka refuses
+// TestTopicCreationRefusedIsPoison: a topic Kafka refuses
 // to create for good (here POLICY_VIOLATION, with the broker's message) is
 // poison: under --on-poison=dlq the event goes to the dead-letter topic with
 // reason topic_refused and the broker's message, and the events after it
@@ -219,7 +219,7 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 	}
 }
 
-// TestTopicLookupOutageRetriedDeadLetter (issue 8, item 4): the same holds
+// TestTopicLookupOutageRetriedDeadLetter: the same holds
 // for the dead-letter topic: Kafka failing its creation delays a poison
 // event's dead letter, it does not stop the relay.
 func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {

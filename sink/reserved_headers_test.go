@@ -1,7 +1,10 @@
 package sink_test
 
 import (
+	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -24,7 +27,7 @@ var shadowing = []decoder.Header{
 	{Key: "ID", Value: []byte("kept: header names are exact")},
 }
 
-// TestReservedHeadersDropped (issue 8, item 11): entries of the headers
+// TestReservedHeadersDropped: entries of the headers
 // column cannot shadow walrelay's own headers (id, event_type,
 // aggregate_type, walrelay.*, CloudEvents ce_*; content-type only with
 // CloudEvents on): each header walrelay sets appears once, with its value,
@@ -89,5 +92,43 @@ func TestReservedHeadersDropped(t *testing.T) {
 		if !slices.Equal(appKeys, wantApp) {
 			t.Errorf("cloudevents=%v: app headers %q, want %q in order", ce, appKeys, wantApp)
 		}
+	}
+}
+
+// TestReservedHeadersCounted: every dropped entry is
+// reported to WithOnReservedHeader (the relay's
+// walrelay_reserved_headers_dropped_total), including on dead letters, and
+// nothing is reported for events without reserved entries.
+func TestReservedHeadersCounted(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	var mu sync.Mutex
+	var got []string
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()}, sink.WithOnReservedHeader(func(k string) {
+		mu.Lock()
+		got = append(got, k)
+		mu.Unlock()
+	}))
+	ctx := testCtx(t)
+	a := newAcks(4)
+	plain := event(1, "order", "o-1")
+	if err := s.Produce(ctx, plain, a.done(plain.ID)); err != nil {
+		t.Fatal(err)
+	}
+	ev := event(2, "order", "o-1")
+	ev.Headers = shadowing
+	if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ProduceDeadLetter(ctx, ev, topic, "test", errors.New("test"), a.done(ev.ID+"-dlq")); err != nil {
+		t.Fatal(err)
+	}
+	allOK(t, a.wait(t, 3), []string{plain.ID, ev.ID, ev.ID + "-dlq"})
+	want := []string{"id", "event_type", "aggregate_type", "walrelay.lsn", "walrelay.dlq.reason", "ce_id"}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2*len(want) || !strings.HasPrefix(strings.Join(got, ","), strings.Join(want, ",")) {
+		t.Errorf("reported %q, want %q for the record and again for the dead letter", got, want)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // lookupTimeout keeps a hanging topic look-up short in these tests.
 const lookupTimeout = 300 * time.Millisecond
 
-// TestTopicLookupOutageRetried (issue 8, item 4): while Kafka cannot answer
+// TestTopicLookupOutageRetried: while Kafka cannot answer
 // the look-up or creation of a topic's first record — an error code of the
 // transient allow-list, a dropped connection, no answer at all — Prepare
 // fails with an IsRetryable error and produces nothing; once Kafka answers,
@@ -118,7 +118,7 @@ func codeFault(key kmsg.Key, topic string, code *kerr.Error) func(c *kfake.Clust
 	}
 }
 
-// TestTopicLookupOutageCancel (issue 8, item 4): a look-up hanging on Kafka
+// TestTopicLookupOutageCancel: a look-up hanging on Kafka
 // ends when the caller's context does (a shutdown), with an error that is
 // not retryable.
 func TestTopicLookupOutageCancel(t *testing.T) {
@@ -164,7 +164,7 @@ func refuseCreate(c *kfake.Cluster, topic string, code *kerr.Error, msg string) 
 	})
 }
 
-// TestTopicCreationRefusedIsPoison (issue 8, item 5): a topic Kafka refuses
+// TestTopicCreationRefusedIsPoison: a topic Kafka refuses
 // to create for good — an invalid or colliding name, a policy — makes the
 // event's Prepare fail with ErrTopicRefused carrying the broker's message
 // (the relay dead-letters it as topic_refused), not a retryable error;
@@ -216,45 +216,7 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 	}
 }
 
-// TestReservedHeadersCounted (issue 8, item 11): every dropped entry is
-// reported to WithOnReservedHeader (the relay's
-// walrelay_reserved_headers_dropped_total), including on dead letters, and
-// nothing is reported for events without reserved entries.
-func TestReservedHeadersCounted(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, kfake.SeedTopics(1, topic))
-	var mu sync.Mutex
-	var got []string
-	s := newSink(t, sink.Config{Brokers: c.ListenAddrs()}, sink.WithOnReservedHeader(func(k string) {
-		mu.Lock()
-		got = append(got, k)
-		mu.Unlock()
-	}))
-	ctx := testCtx(t)
-	a := newAcks(4)
-	plain := event(1, "order", "o-1")
-	if err := s.Produce(ctx, plain, a.done(plain.ID)); err != nil {
-		t.Fatal(err)
-	}
-	ev := event(2, "order", "o-1")
-	ev.Headers = shadowing
-	if err := s.Produce(ctx, ev, a.done(ev.ID)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ProduceDeadLetter(ctx, ev, topic, "test", errors.New("test"), a.done(ev.ID+"-dlq")); err != nil {
-		t.Fatal(err)
-	}
-	allOK(t, a.wait(t, 3), []string{plain.ID, ev.ID, ev.ID + "-dlq"})
-	want := []string{"id", "event_type", "aggregate_type", "walrelay.lsn", "walrelay.dlq.reason", "ce_id"}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 2*len(want) || !strings.HasPrefix(strings.Join(got, ","), strings.Join(want, ",")) {
-		t.Errorf("reported %q, want %q for the record and again for the dead letter", got, want)
-	}
-}
-
-// TestTopicLookupBrokerDownRetryable (issue 8, item 4): with every broker
+// TestTopicLookupBrokerDownRetryable: with every broker
 // gone (connections refused), a new topic's look-up is retryable, within
 // the look-up timeout.
 func TestTopicLookupBrokerDownRetryable(t *testing.T) {
@@ -280,7 +242,7 @@ func TestTopicLookupBrokerDownRetryable(t *testing.T) {
 	t.Logf("%v", err)
 }
 
-// TestTopicJustCreatedNotYetVisible (issue 8, item 4): a real broker may
+// TestTopicJustCreatedNotYetVisible: a real broker may
 // not know a topic for a moment after its creation (metadata and configs
 // answer UNKNOWN_TOPIC_OR_PARTITION). That is waited out within one
 // Prepare, not reported as Kafka being unavailable.

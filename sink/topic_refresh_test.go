@@ -27,7 +27,7 @@ func adminFor(t *testing.T, c *kfake.Cluster) *kadm.Client {
 	return kadm.NewClient(cl)
 }
 
-// TestPartitionsAddedSeenWithoutRestart (issue 8, item 8): a topic that
+// TestPartitionsAddedSeenWithoutRestart: a topic that
 // gained partitions while the sink runs takes records for the new
 // partitions, without a restart; before the partitions exist such a record
 // is refused (the relay dead-letters it as bad_partition).
@@ -77,7 +77,7 @@ func TestPartitionsAddedSeenWithoutRestart(t *testing.T) {
 	}
 }
 
-// TestMaxMessageBytesRaisedSeenWithoutRestart (issue 8, item 8): a topic's
+// TestMaxMessageBytesRaisedSeenWithoutRestart: a topic's
 // max.message.bytes raised while the sink runs is honoured: a record above
 // the old limit is refused before the change and produced after it.
 func TestMaxMessageBytesRaisedSeenWithoutRestart(t *testing.T) {

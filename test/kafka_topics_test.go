@@ -10,11 +10,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-// These tests cover issue 8's Kafka-side hardening where the behaviour depends on a real
-// broker: topic name collisions, partitions added to a topic in use, and headers.
+// What a real Kafka broker does to walrelay's records, where kfake would not show it:
+// topic names that collide, partitions added to a topic in use, and reserved header names.
 
-// hardenCreateTopic creates topic with the given partition count and fails t on error.
-func hardenCreateTopic(t *testing.T, env *testEnv, topic string, partitions int32) {
+// createTopic creates topic with the given partition count and fails t on error.
+func createTopic(t *testing.T, env *testEnv, topic string, partitions int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -25,38 +25,38 @@ func hardenCreateTopic(t *testing.T, env *testEnv, topic string, partitions int3
 	}
 }
 
-// kafkaHardenInsert writes one event in a transaction of its own; extraCols/extraVals name
+// insertEvent writes one event in a transaction of its own; extraCols/extraVals name
 // further columns (e.g. ", kpart" and ", 2").
-func kafkaHardenInsert(t *testing.T, conn *pgx.Conn, table, id, aggType, headers, extraCols, extraVals string) *txnInfo {
+func insertEvent(t *testing.T, conn *pgx.Conn, table, id, aggType, headers, extraCols, extraVals string) *txnInfo {
 	t.Helper()
 	return runTxn(t, conn, false, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `INSERT INTO `+qtable(table)+` (id, aggregate_type, aggregate_id, event_type, payload, headers`+extraCols+`)
-			VALUES ($1::uuid, $2, 'a-1', 'Hardened', '{"n": 1}'::jsonb, $3::jsonb`+extraVals+`)`, id, aggType, headers)
+			VALUES ($1::uuid, $2, 'a-1', 'Placed', '{"n": 1}'::jsonb, $3::jsonb`+extraVals+`)`, id, aggType, headers)
 		return err
 	})
 }
 
-// TestTopicCollisionRefusedIsPoison (issue 8, item 5) on a real Kafka 4: a rendered topic
+// TestTopicCollisionRefusedIsPoison on a real Kafka 4: a rendered topic
 // that collides with an existing one (`order.item` next to `order_item`: Kafka refuses
 // names that differ only in '.' versus '_') is poison. Under --on-poison=dlq the event
 // goes to the dead-letter topic with reason topic_refused and the broker's message, the
 // events after it are delivered and the slot moves on; under --on-poison=stop walrelay
 // exits non-zero with an ERROR line naming the event and the reason, and the slot stays
-// before it. Before issue 8 walrelay exited on it in both modes, and again on restart.
+// before it (walrelay once exited on it in both modes, and again on restart).
 func TestTopicCollisionRefusedIsPoison(t *testing.T) {
 	env := requireEnv(t)
 	c := newContract(t, env, "hcoll")
 	c.migrate(env.pgDSN, c.table)
 	prefix := c.name + "."
 	existing, colliding, dlqTopic := prefix+"order_item", prefix+"order.item", prefix+"dlq"
-	hardenCreateTopic(t, env, existing, 1)
+	createTopic(t, env, existing, 1)
 
 	p := c.startReady("--dlq-topic", dlqTopic)
 	addr := p.metricsAddr()
 	conn := connect(t, env.pgDSN)
 	badID, goodID := newUUID(), newUUID()
-	kafkaHardenInsert(t, conn, c.table, badID, "order.item", "{}", "", "")
-	last := kafkaHardenInsert(t, conn, c.table, goodID, "order_item", "{}", "", "")
+	insertEvent(t, conn, c.table, badID, "order.item", "{}", "", "")
+	last := insertEvent(t, conn, c.table, goodID, "order_item", "{}", "", "")
 	waitSlotLSN(t, env.pgDSN, c.name, last.post, 90*time.Second, p)
 
 	recs := consumeAll(t, env.kafka, prefix, []string{existing, dlqTopic})
@@ -99,7 +99,7 @@ func TestTopicCollisionRefusedIsPoison(t *testing.T) {
 	waitSlotStreaming(t, env.pgDSN, slot, 60*time.Second, p2)
 	before := slotLSN(t, env.pgDSN, slot)
 	stopID := newUUID()
-	tx := kafkaHardenInsert(t, conn, c.table, stopID, "order.item", "{}", "", "")
+	tx := insertEvent(t, conn, c.table, stopID, "order.item", "{}", "", "")
 	if !p2.waitExit(60 * time.Second) {
 		t.Fatalf("walrelay still running 60 s after a colliding topic under --on-poison=stop\n%s", p2.tail(20))
 	}
@@ -116,7 +116,7 @@ func TestTopicCollisionRefusedIsPoison(t *testing.T) {
 	t.Logf("stop: %s", line)
 }
 
-// TestPartitionsAddedSeenWithoutRestart (issue 8, item 8) on a real Kafka 4: an event
+// TestPartitionsAddedSeenWithoutRestart on a real Kafka 4: an event
 // with an explicit partition (--column-partition) that the topic lacks is dead-lettered
 // as bad_partition; once partitions are added to the topic (kadm CreatePartitions), the
 // next events for that partition land there, without restarting walrelay.
@@ -127,14 +127,14 @@ func TestPartitionsAddedSeenWithoutRestart(t *testing.T) {
 	c.exec("ALTER TABLE " + qtable(c.table) + " ADD COLUMN kpart integer")
 	prefix := c.name + "."
 	topic, dlqTopic := prefix+"order", prefix+"dlq"
-	hardenCreateTopic(t, env, topic, 1)
+	createTopic(t, env, topic, 1)
 
 	p := c.startReady("--dlq-topic", dlqTopic, "--column-partition", "kpart")
 	conn := connect(t, env.pgDSN)
 	// A keyed event first: walrelay's producer then knows the topic with one partition.
 	keyed := newUUID()
-	kafkaHardenInsert(t, conn, c.table, keyed, "order", "{}", ", kpart", ", NULL")
-	tx := kafkaHardenInsert(t, conn, c.table, newUUID(), "order", "{}", ", kpart", ", 2")
+	insertEvent(t, conn, c.table, keyed, "order", "{}", ", kpart", ", NULL")
+	tx := insertEvent(t, conn, c.table, newUUID(), "order", "{}", ", kpart", ", 2")
 	waitSlotLSN(t, env.pgDSN, c.name, tx.post, 90*time.Second, p)
 	recs := consumeAll(t, env.kafka, prefix, []string{topic, dlqTopic})
 	if n := len(recs[dlqTopic]); n != 1 || header(recs[dlqTopic][0], "walrelay.dlq.reason") != "bad_partition" {
@@ -165,7 +165,7 @@ func TestPartitionsAddedSeenWithoutRestart(t *testing.T) {
 	for range 3 {
 		id := newUUID()
 		ids = append(ids, id)
-		tx = kafkaHardenInsert(t, conn, c.table, id, "order", "{}", ", kpart", ", 2")
+		tx = insertEvent(t, conn, c.table, id, "order", "{}", ", kpart", ", 2")
 	}
 	waitSlotLSN(t, env.pgDSN, c.name, tx.post, 90*time.Second, p)
 	recs = consumeAll(t, env.kafka, prefix, []string{topic, dlqTopic})
@@ -189,7 +189,7 @@ func TestPartitionsAddedSeenWithoutRestart(t *testing.T) {
 	}
 }
 
-// TestReservedHeadersDropped (issue 8, item 11) end to end: entries of the headers column
+// TestReservedHeadersDropped end to end: entries of the headers column
 // named like walrelay's own headers (id, event_type, aggregate_type, walrelay.*, ce_*)
 // are dropped, the app's other entries kept, and
 // walrelay_reserved_headers_dropped_total counts them.
@@ -202,7 +202,7 @@ func TestReservedHeadersDropped(t *testing.T) {
 	addr := p.metricsAddr()
 	conn := connect(t, env.pgDSN)
 	id := newUUID()
-	tx := kafkaHardenInsert(t, conn, c.table, id, "order",
+	tx := insertEvent(t, conn, c.table, id, "order",
 		`{"id": "forged", "event_type": "Forged", "walrelay.lsn": "0/0", "ce_type": "forged", "traceparent": "00-abc-def-01"}`, "", "")
 	waitSlotLSN(t, env.pgDSN, c.name, tx.post, 90*time.Second, p)
 	recs := consumeAll(t, env.kafka, prefix, []string{prefix + "order"})
@@ -222,8 +222,8 @@ func TestReservedHeadersDropped(t *testing.T) {
 	if count["ce_type"] != 0 {
 		t.Errorf("the headers column's ce_type was kept")
 	}
-	if header(r, "id") != id || header(r, "event_type") != "Hardened" || header(r, "traceparent") != "00-abc-def-01" {
-		t.Errorf("headers id=%q event_type=%q traceparent=%q, want %s, Hardened and the app's traceparent",
+	if header(r, "id") != id || header(r, "event_type") != "Placed" || header(r, "traceparent") != "00-abc-def-01" {
+		t.Errorf("headers id=%q event_type=%q traceparent=%q, want %s, Placed and the app's traceparent",
 			header(r, "id"), header(r, "event_type"), header(r, "traceparent"), id)
 	}
 	if l, err := parseLSN(header(r, "walrelay.lsn")); err != nil || l < tx.begin {

@@ -16,13 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// This file tests the Postgres side of hardening (issue 8): an outbox table renamed or
-// moved while walrelay runs, publications that do not carry the events, names that need
-// quoting, and the errors a new user meets (roles, passwords, privileges).
+// The Postgres objects walrelay relies on: an outbox table renamed or moved while
+// walrelay runs, publications that do not carry the events, names that need quoting, and
+// the errors a new user meets setting up roles, passwords and privileges.
 
-// hardenInsert commits one outbox event into table (any name of the outbox) and returns
+// insertOrder commits one outbox event into table (any name of the outbox) and returns
 // its id and where its transaction lies in the WAL. The record goes to <prefix>order.
-func hardenInsert(t *testing.T, conn *pgx.Conn, table string) (string, *txnInfo) {
+func insertOrder(t *testing.T, conn *pgx.Conn, table string) (string, *txnInfo) {
 	t.Helper()
 	id := newUUID()
 	tx := runTxn(t, conn, false, func(ctx context.Context, conn *pgx.Conn) error {
@@ -33,8 +33,8 @@ func hardenInsert(t *testing.T, conn *pgx.Conn, table string) (string, *txnInfo)
 	return id, tx
 }
 
-// hardenDelivered reports which of ids arrived on the topics under prefix.
-func hardenDelivered(t *testing.T, env *testEnv, prefix string, ids ...string) map[string]bool {
+// orderDelivered reports which of ids arrived on the topics under prefix.
+func orderDelivered(t *testing.T, env *testEnv, prefix string, ids ...string) map[string]bool {
 	t.Helper()
 	recs := consumeAll(t, env.kafka, prefix, []string{prefix + "order"})
 	got := map[string]bool{}
@@ -61,7 +61,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			prefix := c.name + "."
 			p := c.startReady()
 			conn := connect(t, env.pgDSN)
-			idA, txA := hardenInsert(t, conn, c.table)
+			idA, txA := insertOrder(t, conn, c.table)
 			waitSlotLSN(t, env.pgDSN, c.name, txA.post, 60*time.Second, p)
 
 			var moved string
@@ -76,7 +76,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 				c.exec("ALTER TABLE " + qtable(c.table) + " SET SCHEMA " + pgx.Identifier{schema}.Sanitize())
 			}
 			c.dropOnSuccess("DROP TABLE IF EXISTS " + qtable(moved))
-			idB, txB := hardenInsert(t, conn, moved)
+			idB, txB := insertOrder(t, conn, moved)
 
 			if !p.waitExit(60 * time.Second) {
 				t.Fatalf("walrelay still running 60 s after an insert into the outbox under its new name %s (slot at %s, insert in [%s, %s])\n%s",
@@ -93,7 +93,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			if confirmed > txB.begin {
 				t.Errorf("slot confirmed_flush_lsn %s passed the start %s of the insert into %s", confirmed, txB.begin, moved)
 			}
-			if got := hardenDelivered(t, env, prefix, idA, idB); !got[idA] || got[idB] {
+			if got := orderDelivered(t, env, prefix, idA, idB); !got[idA] || got[idB] {
 				t.Errorf("before the fix: delivered %v, want only the insert before the %s", got, mode)
 			}
 			t.Logf("stopped: exit=%d slot=%s insert_after=[%s,%s] error_line=%s", p.exitCode(), confirmed, txB.begin, txB.post, line)
@@ -108,12 +108,12 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 				c.exec("ALTER TABLE " + qtable(moved) + " SET SCHEMA public")
 				p2 = c.startReady()
 			}
-			idC, txC := hardenInsert(t, conn, table)
+			idC, txC := insertOrder(t, conn, table)
 			waitSlotLSN(t, env.pgDSN, c.name, txC.post, 60*time.Second, p2)
-			if got := hardenDelivered(t, env, prefix, idB, idC); !got[idB] || !got[idC] {
+			if got := orderDelivered(t, env, prefix, idB, idC); !got[idB] || !got[idC] {
 				t.Errorf("after the fix: delivered %v, want the insert made under the new name and the next one", got)
 			}
-			t.Logf("scenario=harden/renamed_%s stop_exit=%d slot_before_insert=%v after_fix_delivered=true", mode, p.exitCode(), confirmed <= txB.begin)
+			t.Logf("scenario=pgobjects/renamed_%s stop_exit=%d slot_before_insert=%v after_fix_delivered=true", mode, p.exitCode(), confirmed <= txB.begin)
 		})
 	}
 
@@ -129,24 +129,24 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			t.Fatalf("SIGTERM: %s\n%s", p.exitStatus(), p.tail(20))
 		}
 		conn := connect(t, env.pgDSN)
-		idA, _ := hardenInsert(t, conn, c.table)
+		idA, _ := insertOrder(t, conn, c.table)
 		moved := "public." + c.name + "_new"
 		c.exec("ALTER TABLE " + qtable(c.table) + " RENAME TO " + pgx.Identifier{c.name + "_new"}.Sanitize())
 		c.dropOnSuccess("DROP TABLE IF EXISTS " + qtable(moved))
-		idB, txB := hardenInsert(t, conn, moved)
+		idB, txB := insertOrder(t, conn, moved)
 		p2 := c.startReady("--table", moved)
 		waitSlotLSN(t, env.pgDSN, c.name, txB.post, 60*time.Second, p2)
-		got := hardenDelivered(t, env, prefix, idA, idB)
+		got := orderDelivered(t, env, prefix, idA, idB)
 		if !got[idA] || !got[idB] {
 			t.Errorf("delivered %v, want both the insert made under the old name and the one under the new", got)
 		}
-		t.Logf("scenario=harden/renamed_while_down delivered_old_name=%v delivered_new_name=%v", got[idA], got[idB])
+		t.Logf("scenario=pgobjects/renamed_while_down delivered_old_name=%v delivered_new_name=%v", got[idA], got[idB])
 	})
 }
 
-// hardenCommand runs a walrelay subcommand to completion and returns its exit code and
+// runCommand runs a walrelay subcommand to completion and returns its exit code and
 // its output (stdout and stderr).
-func hardenCommand(t *testing.T, env []string, args ...string) (int, string) {
+func runCommand(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -164,9 +164,9 @@ func hardenCommand(t *testing.T, env []string, args ...string) (int, string) {
 	return 0, ""
 }
 
-// hardenRefused starts `walrelay run` with args and requires a prompt exit != 0 with one
+// refusedAtStart starts `walrelay run` with args and requires a prompt exit != 0 with one
 // ERROR line containing every keyword ("a|b": either). It returns that line.
-func hardenRefused(t *testing.T, c *contract, keywords []string, args ...string) string {
+func refusedAtStart(t *testing.T, c *contract, keywords []string, args ...string) string {
 	t.Helper()
 	p := c.startArgs(args...)
 	if !p.waitExit(60 * time.Second) {
@@ -213,24 +213,24 @@ func TestPublicationWithoutInsertsRefused(t *testing.T) {
 				if !errors.As(err, &pgErr) || pgErr.Code != "42601" { // syntax_error
 					t.Fatalf("Postgres %d: CREATE PUBLICATION %s: %v, want a syntax error (the feature needs %d)", version, tc.create, err, tc.since)
 				}
-				t.Logf("scenario=harden/publication_%s Postgres %d refuses it: %s", tc.name, version, pgErr.Message)
+				t.Logf("scenario=pgobjects/publication_%s Postgres %d refuses it: %s", tc.name, version, pgErr.Message)
 				return
 			}
 			c.exec("CREATE PUBLICATION " + pub + " " + tc.create)
-			line := hardenRefused(t, c, tc.keywords, c.runArgs()...)
-			code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", env.pgDSN, "--kafka-brokers", env.kafka,
+			line := refusedAtStart(t, c, tc.keywords, c.runArgs()...)
+			code, out := runCommand(t, nil, "doctor", "--postgres-dsn", env.pgDSN, "--kafka-brokers", env.kafka,
 				"--slot", c.name, "--publication", c.name, "--table", c.table)
 			if code == 0 || !strings.Contains(out, "FAIL publication") || !strings.Contains(strings.ToLower(out), strings.ToLower(tc.keywords[1])) {
 				t.Errorf("doctor: exit %d, want a FAIL publication line with %q:\n%s", code, tc.keywords[1], out)
 			}
-			t.Logf("scenario=harden/publication_%s refused=%v doctor_exit=%d line=%s", tc.name, line != "", code, line)
+			t.Logf("scenario=pgobjects/publication_%s refused=%v doctor_exit=%d line=%s", tc.name, line != "", code, line)
 		})
 	}
 	t.Run("for_all_tables", func(t *testing.T) {
 		dsn := c.createDatabase(c.name + "_all")
 		c.migrate(dsn, c.table)
 		pgExec(t, dsn, "CREATE PUBLICATION "+pub+" FOR ALL TABLES")
-		code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table)
 		if code != 0 || !strings.Contains(out, "ok   publication") {
 			t.Errorf("doctor on a FOR ALL TABLES publication: exit %d\n%s", code, out)
@@ -260,7 +260,7 @@ func TestMixedCasePublicationName(t *testing.T) {
 			var ids []string
 			for run := 1; run <= 2; run++ { // created, then found and validated
 				p := c.startReady("--publication", pub)
-				id, tx := hardenInsert(t, conn, c.table)
+				id, tx := insertOrder(t, conn, c.table)
 				ids = append(ids, id)
 				waitSlotLSN(t, env.pgDSN, c.name, tx.post, 60*time.Second, p)
 				p.sigterm()
@@ -272,27 +272,27 @@ func TestMixedCasePublicationName(t *testing.T) {
 			if err := pgPool(t, env.pgDSN).scan(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1", []any{pub}, &n); err != nil || n != 1 {
 				t.Errorf("publication %q: count %d, err %v", pub, n, err)
 			}
-			got := hardenDelivered(t, env, prefix, ids...)
+			got := orderDelivered(t, env, prefix, ids...)
 			for _, id := range ids {
 				if !got[id] {
 					t.Errorf("event %s not delivered through publication %q", id, pub)
 				}
 			}
-			t.Logf("scenario=harden/publication_name_%s publication=%q delivered=%d/%d", tc.name, pub, len(ids), len(ids))
+			t.Logf("scenario=pgobjects/publication_name_%s publication=%q delivered=%d/%d", tc.name, pub, len(ids), len(ids))
 		})
 	}
 	t.Run("mixed_case_slot_refused", func(t *testing.T) {
 		c := newContract(t, env, "hmix")
 		c.migrate(env.pgDSN, c.table)
 		args := append(c.runArgs(), "--slot", "WalRelay")
-		line := hardenRefused(t, c, []string{"slot", "WalRelay", "lower case", "choose e.g. walrelay"}, args...)
+		line := refusedAtStart(t, c, []string{"slot", "WalRelay", "lower case", "choose e.g. walrelay"}, args...)
 		t.Logf("refused: %s", line)
 	})
 }
 
-// hardenErrorLine returns the first JSON log line of out with level ERROR that contains
+// errorLineWith returns the first JSON log line of out with level ERROR that contains
 // every keyword (case-insensitively; "a|b" matches either).
-func hardenErrorLine(out string, keywords []string) string {
+func errorLineWith(out string, keywords []string) string {
 	for _, raw := range strings.Split(out, "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(raw), &m) != nil {
@@ -301,14 +301,14 @@ func hardenErrorLine(out string, keywords []string) string {
 		if lvl, _ := m["level"].(string); !strings.EqualFold(lvl, "ERROR") {
 			continue
 		}
-		if hardenHasAll(raw, keywords) {
+		if hasKeywords(raw, keywords) {
 			return raw
 		}
 	}
 	return ""
 }
 
-func hardenHasAll(s string, keywords []string) bool {
+func hasKeywords(s string, keywords []string) bool {
 	s = strings.ToLower(s)
 	for _, kw := range keywords {
 		found := false
@@ -322,9 +322,9 @@ func hardenHasAll(s string, keywords []string) bool {
 	return true
 }
 
-// hardenRole creates a login role named name with the given options, dropped (with what
+// createLoginRole creates a login role named name with the given options, dropped (with what
 // it owns in the databases of dsns) when the test ends.
-func hardenRole(t *testing.T, env *testEnv, name, options string, dsns ...string) {
+func createLoginRole(t *testing.T, env *testEnv, name, options string, dsns ...string) {
 	t.Helper()
 	pgExec(t, env.pgDSN, "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" LOGIN "+options)
 	t.Cleanup(func() {
@@ -335,8 +335,8 @@ func hardenRole(t *testing.T, env *testEnv, name, options string, dsns ...string
 	})
 }
 
-// hardenDSN is the test cluster's DSN with another user (and password) and database.
-func hardenDSN(t *testing.T, dsn, user, password, db string) string {
+// dsnWithUser is the test cluster's DSN with another user (and password) and database.
+func dsnWithUser(t *testing.T, dsn, user, password, db string) string {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -377,11 +377,11 @@ func TestNewUserErrors(t *testing.T) {
 	}
 	doctor := func(t *testing.T, dsn string, keywords []string) {
 		t.Helper()
-		code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table)
 		var fail string
 		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, "FAIL") && hardenHasAll(l, keywords) {
+			if strings.HasPrefix(l, "FAIL") && hasKeywords(l, keywords) {
 				fail = l
 			}
 		}
@@ -396,8 +396,8 @@ func TestNewUserErrors(t *testing.T) {
 		pgExec(t, env.pgDSN, `DO $$BEGIN CREATE ROLE walrelay_password_auth NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`)
 		t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS walrelay_password_auth") }) // after its member
 		role := c.name + "_pw"
-		hardenRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
-		dsn := hardenDSN(t, env.pgDSN, role, "wrong-password", "")
+		createLoginRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
+		dsn := dsnWithUser(t, env.pgDSN, role, "wrong-password", "")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if conn, err := pgx.Connect(ctx, dsn); err == nil {
@@ -405,22 +405,22 @@ func TestNewUserErrors(t *testing.T) {
 			t.Fatal("the test cluster accepted a wrong password: restart it with the current test/env/pg.sh (pg_hba.conf asks walrelay_password_auth members for a password)")
 		}
 		keywords := []string{"password authentication failed", role, "check the user and password"}
-		line := hardenRefused(t, c, keywords, run(dsn)...)
+		line := refusedAtStart(t, c, keywords, run(dsn)...)
 		if strings.Contains(line, "wrong-password") {
 			t.Errorf("the ERROR line shows the password: %s", line)
 		}
 		doctor(t, dsn, keywords)
-		t.Logf("scenario=harden/new_user_wrong_password line=%s", line)
+		t.Logf("scenario=pgobjects/new_user_wrong_password line=%s", line)
 	})
 
 	t.Run("no_replication", func(t *testing.T) {
 		role := c.name + "_norepl"
-		hardenRole(t, env, role, "")
-		dsn := hardenDSN(t, env.pgDSN, role, "", "")
+		createLoginRole(t, env, role, "")
+		dsn := dsnWithUser(t, env.pgDSN, role, "", "")
 		keywords := []string{"ALTER ROLE", role, "WITH REPLICATION"}
-		line := hardenRefused(t, c, keywords, run(dsn)...)
+		line := refusedAtStart(t, c, keywords, run(dsn)...)
 		doctor(t, dsn, keywords)
-		t.Logf("scenario=harden/new_user_no_replication line=%s", line)
+		t.Logf("scenario=pgobjects/new_user_no_replication line=%s", line)
 	})
 
 	t.Run("not_table_owner", func(t *testing.T) {
@@ -439,36 +439,36 @@ func TestNewUserErrors(t *testing.T) {
 			pgExec(t, env.pgDSN, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
 			pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
 		})
-		dsn := hardenDSN(t, env.pgDSN, role, "", "")
+		dsn := dsnWithUser(t, env.pgDSN, role, "", "")
 		// The fix names who creates it, as the README's step 4 does: the table's owner.
 		keywords := []string{"cannot create publication", "have the table owner", "postgres", "CREATE PUBLICATION"}
 		doctor(t, dsn, keywords) // doctor finds it before run does
-		line := hardenRefused(t, c, keywords, run(dsn)...)
+		line := refusedAtStart(t, c, keywords, run(dsn)...)
 		// Step 4: the owner (here the superuser that ran migrate) creates the publication;
 		// the role then streams.
 		pgExec(t, env.pgDSN, names.Replace(readmeSetupSQL(t, 4)))
-		if code, out := hardenCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		if code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table); code != 0 {
 			t.Errorf("doctor after the owner created the publication: exit %d\n%s", code, out)
 		}
 		p := c.startArgs(run(dsn)...)
 		p.waitReady(60 * time.Second)
 		conn := connect(t, env.pgDSN)
-		id, tx := hardenInsert(t, conn, c.table)
+		id, tx := insertOrder(t, conn, c.table)
 		waitSlotLSN(t, env.pgDSN, c.name, tx.post, 60*time.Second, p)
-		if got := hardenDelivered(t, env, c.name+".", id); !got[id] {
+		if got := orderDelivered(t, env, c.name+".", id); !got[id] {
 			t.Errorf("event %s not delivered by the non-owner role after the fix", id)
 		}
-		t.Logf("scenario=harden/new_user_not_table_owner line=%s", line)
+		t.Logf("scenario=pgobjects/new_user_not_table_owner line=%s", line)
 	})
 
 	t.Run("migrate_without_create", func(t *testing.T) {
 		db := c.name + "_mig"
 		adminDSN := c.createDatabase(db)
 		role := c.name + "_mig"
-		hardenRole(t, env, role, "", adminDSN)
-		dsn := hardenDSN(t, env.pgDSN, role, "", db)
-		code, out := hardenCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox")
+		createLoginRole(t, env, role, "", adminDSN)
+		dsn := dsnWithUser(t, env.pgDSN, role, "", db)
+		code, out := runCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox")
 		keywords := []string{"permission denied", fmt.Sprintf(`GRANT CREATE ON DATABASE \"%s\" TO \"%s\"`, db, role)}
 		schemaGrant := fmt.Sprintf(`GRANT CREATE ON SCHEMA \"public\" TO \"%s\"`, role)
 		// Before Postgres 15 every role may create in schema public (PUBLIC has CREATE
@@ -478,7 +478,7 @@ func TestNewUserErrors(t *testing.T) {
 		if !publicCreate {
 			keywords = append(keywords, schemaGrant)
 		}
-		line := hardenErrorLine(out, keywords)
+		line := errorLineWith(out, keywords)
 		if code == 0 || line == "" {
 			t.Errorf("migrate: exit %d, want an ERROR line with %q:\n%s", code, keywords, out)
 		}
@@ -488,10 +488,10 @@ func TestNewUserErrors(t *testing.T) {
 		// The fix it names works.
 		pgExec(t, adminDSN, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize())
 		pgExec(t, adminDSN, "GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
-		if code, out := hardenCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox"); code != 0 {
+		if code, out := runCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox"); code != 0 {
 			t.Errorf("migrate after the GRANTs: exit %d\n%s", code, out)
 		}
-		t.Logf("scenario=harden/new_user_migrate line=%s", line)
+		t.Logf("scenario=pgobjects/new_user_migrate line=%s", line)
 	})
 }
 

@@ -149,7 +149,7 @@ log_replication_commands = on
 EOF
 	cat >"$PGDATA_DIR/pg_hba.conf" <<'EOF'
 # Written by test/env/pg.sh: trust on loopback only, except for members of
-# walrelay_password_auth (test/harden_pg_test.go: a wrong password must fail).
+# walrelay_password_auth (test/pg_objects_test.go: a wrong password must fail).
 host    all          +walrelay_password_auth  127.0.0.1/32  scram-sha-256
 local   all          all                 trust
 local   replication  all                 trust
