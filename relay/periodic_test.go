@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // TestPeriodicReportsOneStreak: a task that cannot connect is reported on
@@ -33,19 +35,11 @@ func TestPeriodicReportsOneStreak(t *testing.T) {
 			recovered: func() { t.Error("recovered without a success") },
 		}.loop(ctx)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, "3 reported failures", func() bool {
 		mu.Lock()
-		n := failures
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d failures reported in 10 s, want 3", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return failures >= 3
+	})
 	cancel()
 	select {
 	case <-done:

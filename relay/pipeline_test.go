@@ -16,6 +16,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -161,17 +162,14 @@ func (r *pipelineRig) sync() {
 // waitSent waits until the producer holds n records.
 func (r *pipelineRig) waitSent(n int) []fakeRecord {
 	r.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		recs := r.prod.records()
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the producer was given %d records, want %d", len(recs), n)
-		}
-		time.Sleep(time.Millisecond)
+	var recs []fakeRecord
+	if err := testwait.Until(context.Background(), 5*time.Second, func() bool {
+		recs = r.prod.records()
+		return len(recs) >= n
+	}); err != nil {
+		r.t.Fatalf("the producer was given %d records, want %d (%v)", len(recs), n, err)
 	}
+	return recs
 }
 
 // metric is the value of one series, e.g. walrelay_dead_letters_total{reason=too_large}.
@@ -246,7 +244,7 @@ func TestPipelineFiltered(t *testing.T) {
 	if !ok {
 		t.Fatal("pipeline blocked")
 	}
-	waitFor(t, 5*time.Second, "the watermark at the filtered transaction's end", func() bool { return r.tr.Watermark() == end })
+	testwait.Eventually(t, 5*time.Second, "the watermark at the filtered transaction's end", func() bool { return r.tr.Watermark() == end })
 	if n := len(r.prod.records()); n != 0 {
 		t.Fatalf("%d records produced, want none", n)
 	}
@@ -283,7 +281,7 @@ func TestPipelineDeadLetters(t *testing.T) {
 			first, _ := r.txn("a")
 			r.waitSent(1)[0].done(nil)
 			// The ack may come before the pipeline read the commit.
-			waitFor(t, 5*time.Second, "the watermark at the first transaction's end", func() bool { return r.tr.Watermark() == first })
+			testwait.Eventually(t, 5*time.Second, "the watermark at the first transaction's end", func() bool { return r.tr.Watermark() == first })
 			second, _ := r.txn(tc.aggID)
 			if tc.reason == "" {
 				err := r.result()

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/pgtest"
 )
@@ -27,18 +28,6 @@ func testDatabase(t *testing.T) (string, *pgtest.Conn) {
 	t.Helper()
 	dsn := pgtest.Database(t, "relay")
 	return dsn, pgtest.Connect(t, dsn)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // relayFixture sets up an outbox table, and runs the relay against kfake.
@@ -89,7 +78,7 @@ func startRelayWith(t *testing.T, name string, cluster *kfake.Cluster, create fu
 			t.Logf("relay log:\n%s", f.logs.String())
 		}
 	})
-	waitFor(t, 20*time.Second, "the slot to be streamed", func() bool {
+	testwait.Eventually(t, 20*time.Second, "the slot to be streamed", func() bool {
 		var active bool
 		err := pg.Conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
 		return err == nil && active
@@ -194,14 +183,14 @@ func TestAckDisciplineKfake(t *testing.T) {
 	pg := f.pg
 	// Caught up before the writes: the idle stream confirms the WAL end.
 	start := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	before := pg.Confirmed(f.name)
 
 	for i := 0; i < 5; i++ {
 		f.insertTxn(t, fmt.Sprintf("agg-%d", i%2), 3)
 	}
 	after := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "a produce request to be held", func() bool { return held.Load() > 0 })
+	testwait.Eventually(t, 15*time.Second, "a produce request to be held", func() bool { return held.Load() > 0 })
 
 	// While Kafka has acknowledged nothing, the slot must not move past the
 	// first transaction's first insert (nothing else writes WAL here; the
@@ -227,7 +216,7 @@ func TestAckDisciplineKfake(t *testing.T) {
 	if maxSeen > firstInsert {
 		t.Fatalf("confirmed_flush_lsn reached %v while the records starting at %v were unacknowledged (before writes: %v)", maxSeen, firstInsert, before)
 	}
-	waitFor(t, 15*time.Second, fmt.Sprintf("confirmed_flush_lsn to reach %v after Kafka acknowledged", after), func() bool {
+	testwait.Eventually(t, 15*time.Second, fmt.Sprintf("confirmed_flush_lsn to reach %v after Kafka acknowledged", after), func() bool {
 		return pg.Confirmed(f.name) >= after
 	})
 	t.Logf("held %d produce requests; confirmed stayed at %v (<= first insert %v) while held, reached %v after (last commit %v)",
@@ -265,7 +254,7 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 	f := startRelay(t, "relay_poison", cluster, func(o *Options) { o.MaxInFlight, o.Sink.MaxBufferedRecords = maxInFlight, maxInFlight })
 	pg := f.pg
 	start := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-x", events)
 	var runErr error
 	select {
@@ -283,7 +272,7 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 	// commit is a safe position to confirm.) Only this test writes to the
 	// outbox of its own database, so every insert still in the slot is one
 	// of the refused transaction's.
-	waitFor(t, 15*time.Second, "the walsender to release the slot", func() bool {
+	testwait.Eventually(t, 15*time.Second, "the walsender to release the slot", func() bool {
 		return pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", f.name) == 1
 	})
 	if n := pg.Count(`SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -367,7 +368,7 @@ func TestReplayNothing(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the table statistics to count the deletes", func() bool {
+	testwait.Eventually(t, 20*time.Second, "the table statistics to count the deletes", func() bool {
 		var ins, del int64
 		_ = f.pg.Conn.QueryRow(ctx, "SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables WHERE relid = to_regclass($1)", f.table).Scan(&ins, &del)
 		return ins > 0 && del >= ins

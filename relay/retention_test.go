@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // deletable counts the rows of table the guard lets go.
@@ -82,7 +83,7 @@ func TestPruneGuardFollowsTheSlot(t *testing.T) {
 	}
 	// The slot confirms past the rows: a checkpoint logs the running
 	// transactions that move catalog_xmin, once no older one runs.
-	waitFor(t, 3*time.Minute, "the slot's catalog_xmin to pass the rows", func() bool {
+	testwait.Eventually(t, 3*time.Minute, "the slot's catalog_xmin to pass the rows", func() bool {
 		pg.Exec("CHECKPOINT")
 		pg.Exec("SELECT pg_replication_slot_advance('guard', pg_current_wal_lsn())")
 		if g, err = ReadPruneGuard(ctx, pg.Conn, "guard"); err != nil {
@@ -138,7 +139,7 @@ func TestOutboxSpan(t *testing.T) {
 		OutboxSpan: &OutboxSpanOptions{Interval: 50 * time.Millisecond, MinRetained: 24 * time.Hour}}
 	stop := startSpanPoll(ctx, opts, reg)
 	defer stop()
-	waitFor(t, 10*time.Second, "the span metrics", func() bool {
+	testwait.Eventually(t, 10*time.Second, "the span metrics", func() bool {
 		m := gather(t, reg)
 		return m["walrelay_outbox_oldest_row_timestamp_seconds{table=public.span_outbox}"] == float64(want.UnixNano())/1e9 &&
 			m["walrelay_outbox_rows_estimate{table=public.span_outbox}"] == 2 && m["walrelay_outbox_retention_target_seconds"] == 86400

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // TestExactlyOnceRefusesLostSlot: in exactly-once mode a slot missing at
@@ -78,7 +80,7 @@ func startsAndCreates(t *testing.T, opts Options, f *replayFixture) {
 			t.Errorf("run on slot %s: %v", opts.Replication.Slot, err)
 		}
 	}()
-	waitFor(t, 20*time.Second, "slot "+opts.Replication.Slot+" to be streamed", func() bool {
+	testwait.Eventually(t, 20*time.Second, "slot "+opts.Replication.Slot+" to be streamed", func() bool {
 		select {
 		case err := <-done:
 			done <- err

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -82,11 +83,11 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	f := startRelay(t, "relay_outage", cluster)
 	pg := f.pg
 	start := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-1", 3)
 	after := pg.InsertLSN()
 
-	waitFor(t, 20*time.Second, "four refused topic creations", func() bool {
+	testwait.Eventually(t, 20*time.Second, "four refused topic creations", func() bool {
 		f.relayRunning(t, "while Kafka fails the topic's creation")
 		return refusals() >= 4
 	})
@@ -103,7 +104,7 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	if len(recs) != 3 || len(seen) != 3 {
 		t.Fatalf("got %d records with %d distinct ids, want 3 events exactly once", len(recs), len(seen))
 	}
-	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
+	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
 	f.relayRunning(t, "after Kafka answered again")
 	t.Logf("%d refused creations retried; confirmed %v after (transaction ended before %v)", refusals(), pg.Confirmed(f.name), after)
 	f.cancel()
@@ -126,10 +127,10 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 	f := startRelay(t, "relay_outstop", cluster)
 	pg := f.pg
 	start := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	f.insertTxn(t, "agg-1", 2)
 	after := pg.InsertLSN()
-	waitFor(t, 20*time.Second, "a refused topic creation", func() bool { return h.Hits() >= 1 })
+	testwait.Eventually(t, 20*time.Second, "a refused topic creation", func() bool { return h.Hits() >= 1 })
 	time.Sleep(500 * time.Millisecond) // into the retry loop
 	f.relayRunning(t, "while Kafka fails the topic's creation")
 
@@ -180,7 +181,7 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 			f := startRelay(t, name, cluster, func(o *Options) { o.OnPoison = policy })
 			pg := f.pg
 			start := pg.InsertLSN()
-			waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+			testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 			pg.Exec("INSERT INTO public." + name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('refused', 'r-1', 'created', '{}')")
 			afterRefused := pg.InsertLSN()
 			f.insertTxn(t, "agg-1", 2) // aggregate type order
@@ -213,7 +214,7 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 				t.Errorf("dead letter %s = %q, want the broker's code and message %q", sink.HeaderDLQError, e, msg)
 			}
 			consumeAll(t, cluster.ListenAddrs(), name+".order", 2)
-			waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.Confirmed(f.name) >= after })
+			testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.Confirmed(f.name) >= after })
 			f.relayRunning(t, "after dead-lettering")
 		})
 	}
@@ -229,10 +230,10 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	f := startRelay(t, "relay_dlqout", cluster)
 	pg := f.pg
 	start := pg.InsertLSN()
-	waitFor(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
 	pg.Exec("INSERT INTO public." + f.name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
 	after := pg.InsertLSN()
-	waitFor(t, 20*time.Second, "three refused creations of the dead-letter topic", func() bool {
+	testwait.Eventually(t, 20*time.Second, "three refused creations of the dead-letter topic", func() bool {
 		f.relayRunning(t, "while Kafka fails the dead-letter topic's creation")
 		return h.Hits() >= 3
 	})
@@ -242,6 +243,6 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	if got := headerValue(dl[0], sink.HeaderDLQReason); got != "empty_aggregate_id" {
 		t.Errorf("dead letter reason %q, want empty_aggregate_id", got)
 	}
-	waitFor(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
+	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
 	f.relayRunning(t, "after the dead letter")
 }

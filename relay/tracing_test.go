@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -173,7 +174,7 @@ func TestTracingEndToEnd(t *testing.T) {
 			if tc.rootSampled {
 				want = 2
 			}
-			waitFor(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.spans()) >= want })
+			testwait.Eventually(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.spans()) >= want })
 			f.stop() // flushes the rest: nothing more may come
 			spans := rcv.spans()
 			if len(spans) != want {

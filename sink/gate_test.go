@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -73,7 +74,7 @@ func TestAdaptiveBatchingGathersWhileInFlight(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the warm-up record", func() bool { return requests() == 1 && s.Buffered() == 0 })
+	testwait.Eventually(t, waitTimeout, "the warm-up record", func() bool { return requests() == 1 && s.Buffered() == 0 })
 
 	a := newAcks(10)
 	first := event(0, "order", "o-1")
@@ -81,7 +82,7 @@ func TestAdaptiveBatchingGathersWhileInFlight(t *testing.T) {
 	if err := s.Produce(ctx, first, a.done(first.ID)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first record's request at the broker", func() bool { return requests() == 2 })
+	testwait.Eventually(t, waitTimeout, "the first record's request at the broker", func() bool { return requests() == 2 })
 	for i := 1; i < 10; i++ {
 		ev := event(i, "order", "o-1")
 		ids = append(ids, ev.ID)
@@ -110,7 +111,7 @@ func TestAdaptiveBatchingGathersWhileInFlight(t *testing.T) {
 	if n := records(); n != 11 {
 		t.Errorf("broker saw %d records, want 11", n)
 	}
-	waitFor(t, "Buffered() to reach 0", func() bool { return s.Buffered() == 0 })
+	testwait.Eventually(t, waitTimeout, "Buffered() to reach 0", func() bool { return s.Buffered() == 0 })
 }
 
 // TestAdaptiveBatchingCloseFailsWaiting: records still waiting in the gate when
@@ -133,7 +134,7 @@ func TestAdaptiveBatchingCloseFailsWaiting(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			waitFor(t, "the first request at the broker", func() bool { return requests() == 1 })
+			testwait.Eventually(t, waitTimeout, "the first request at the broker", func() bool { return requests() == 1 })
 		}
 	}
 	s.Close()
@@ -231,7 +232,7 @@ func TestAdaptiveBatchingCloseFailsPaced(t *testing.T) {
 	}
 	allOK(t, a.wait(t, 1), []string{first.ID})
 	// The gate counts a record out just after its done callback ran.
-	waitFor(t, "the first record to leave Buffered()", func() bool { return s.Buffered() == 0 })
+	testwait.Eventually(t, waitTimeout, "the first record to leave Buffered()", func() bool { return s.Buffered() == 0 })
 	if err := s.Produce(ctx, second, a.done(second.ID)); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -239,17 +240,6 @@ func holdProduce(c *kfake.Cluster) (held func() int64, release func()) {
 		return nil, nil, false // let the cluster handle it normally
 	})
 	return n.Load, func() { once.Do(func() { close(gate) }) }
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func headerMap(hs []kgo.RecordHeader) map[string]string {
@@ -684,7 +674,7 @@ func TestAckHeldUntilBrokerAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a produce request to reach the broker", func() bool { return held() > 0 })
+	testwait.Eventually(t, waitTimeout, "a produce request to reach the broker", func() bool { return held() > 0 })
 	a.none(t)
 	if got := s.Buffered(); got != n {
 		t.Errorf("Buffered() = %d while the broker holds the records, want %d", got, n)
@@ -856,7 +846,7 @@ func TestMaxBufferedRecordsBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a produce request to reach the broker", func() bool { return held() > 0 })
+	testwait.Eventually(t, waitTimeout, "a produce request to reach the broker", func() bool { return held() > 0 })
 
 	sixth := event(5, "order", "o-1")
 	sixthCtx, cancel := context.WithCancel(ctx)
@@ -915,7 +905,7 @@ func TestCloseFailsBufferedRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a produce request to reach the broker", func() bool { return held() > 0 })
+	testwait.Eventually(t, waitTimeout, "a produce request to reach the broker", func() bool { return held() > 0 })
 
 	closed := make(chan struct{})
 	go func() { s.Close(); close(closed) }()

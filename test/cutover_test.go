@@ -24,6 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // The cutover tests run the REAL Debezium (Kafka Connect standalone 4.3.1, Debezium's
@@ -689,16 +691,11 @@ func testCutoverGapless(t *testing.T, env *testEnv, cw *connectWorker) {
 	cutStart := time.Now()
 	done := s.walrelayAsync(3*time.Minute, s.cutoverArgs("--timeout", "150s")...)
 	var start lsn
-	for deadline := time.Now().Add(90 * time.Second); ; {
-		if l, ok := s.slotConfirmed(s.name); ok && l != 0 {
-			start = l
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("walrelay cutover did not create its slot within 90s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Eventually(t, 90*time.Second, "walrelay cutover to create its slot", func() bool {
+		l, ok := s.slotConfirmed(s.name)
+		start = l
+		return ok && l != 0
+	})
 	committedAtStart, deliveredAtStart := s.backlog()
 	dbzAtStart, _ := s.slotConfirmed(s.dbzSlot)
 	t.Logf("walrelay slot created at %s; Debezium's slot confirmed %s; %d events committed, %d delivered by Debezium",
@@ -930,16 +927,11 @@ func TestCutoverChecksWalrelaySlot(t *testing.T) {
 		s := newCutScenario(t, env, nil, short)
 		pgExec(t, env.pgDSN, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.dbzSlot)
 		done := s.walrelayAsync(2*time.Minute, s.cutoverArgs("--timeout", "60s")...)
-		for deadline := time.Now().Add(90 * time.Second); ; {
-			// Created and released (cutover closed its replication connection): it waits.
-			if si, ok := s.slotInfo(s.name); ok && si.confirmed != 0 && si.activePID == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("walrelay cutover did not create and release its slot within 90s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		// Created and released (cutover closed its replication connection): it waits.
+		testwait.Eventually(t, 90*time.Second, "walrelay cutover to create and release its slot", func() bool {
+			si, ok := s.slotInfo(s.name)
+			return ok && si.confirmed != 0 && si.activePID == 0
+		})
 		change(s)
 		// A transaction after walrelay's start, then Debezium's slot past it.
 		pgExec(t, env.pgDSN, "SELECT pg_logical_emit_message(true, 'e2e.cutover', 'past walrelay start')")

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // TestFailoverToOtherWALHistory: walrelay streams from Postgres A through a TCP proxy (a
@@ -271,7 +273,7 @@ func failoverToPromotedStandby(t *testing.T, delivery string) {
 	// S stops receiving WAL; P goes on, and walrelay confirms far past the fork.
 	pgExec(t, senv.pgDSN, "ALTER SYSTEM SET primary_conninfo = ''")
 	pgExec(t, senv.pgDSN, "SELECT pg_reload_conf()")
-	waitFor(t, 30*time.Second, "the standby's WAL receiver to stop", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the standby's WAL receiver to stop", func() bool {
 		var n int
 		err := pgPool(t, senv.pgDSN).scan(context.Background(), "SELECT count(*) FROM pg_stat_wal_receiver", nil, &n)
 		return err == nil && n == 0
@@ -425,7 +427,7 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 		t.Fatalf("start the standby: %v", err)
 	}
 	target := currentLSN(t, penv.pgDSN)
-	waitFor(t, time.Minute, "the standby to replay "+target.String(), func() bool {
+	testwait.Eventually(t, time.Minute, "the standby to replay "+target.String(), func() bool {
 		var s *string
 		if err := pgPool(t, dsn).scan(context.Background(), "SELECT pg_last_wal_replay_lsn()::text", nil, &s); err != nil || s == nil {
 			return false
@@ -436,16 +438,4 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 	senv := *penv
 	senv.pgDSN = dsn
 	return &senv
-}
-
-// waitFor polls cond every 200 ms until it holds; it fails the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // TestSIGTERMDuringBackoffDrainsAndConfirms: SIGTERM while walrelay waits to reconnect to
@@ -86,16 +88,6 @@ func TestSIGTERMDuringBackoffDrainsAndConfirms(t *testing.T) {
 		}
 		return m[name]
 	}
-	waitFor := func(what string, timeout time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s", timeout, what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
 	// inFlightThenPostgresDown leaves p in its reconnect backoff with the records of n
 	// transactions acknowledged by Kafka and not confirmed to the slot. It returns the
 	// end LSN of the last of them and the slot's position before the outage.
@@ -107,7 +99,7 @@ func TestSIGTERMDuringBackoffDrainsAndConfirms(t *testing.T) {
 		broker.pause()
 		insertTxns(n, 3)
 		target := currentLSN(t, penv.pgDSN)
-		waitFor("the walsender to send the transactions", 30*time.Second, func() bool {
+		testwait.Eventually(t, 30*time.Second, "the walsender to send the transactions", func() bool {
 			var sent *string
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -135,10 +127,10 @@ func TestSIGTERMDuringBackoffDrainsAndConfirms(t *testing.T) {
 			t.Fatal(err)
 		}
 		faultResetPool(t, penv.pgDSN)
-		waitFor("walrelay to lose its session", 30*time.Second, func() bool { return faultLogCount(p, "replication stream lost") > lost })
+		testwait.Eventually(t, 30*time.Second, "walrelay to lose its session", func() bool { return faultLogCount(p, "replication stream lost") > lost })
 		broker.resume()
 		want := acked + float64(3*n)
-		waitFor(fmt.Sprintf("Kafka to acknowledge the records (walrelay_events_acked_total %v)", want), 90*time.Second, func() bool {
+		testwait.Eventually(t, 90*time.Second, fmt.Sprintf("Kafka to acknowledge the records (walrelay_events_acked_total %v)", want), func() bool {
 			return metric(p, "walrelay_events_acked_total") >= want && metric(p, "walrelay_in_flight_records") == 0
 		})
 		if p.exited() {

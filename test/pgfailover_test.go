@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // The Postgres failover tests: a primary and a physical standby of the suite's Postgres
@@ -161,7 +163,7 @@ func (w *haWriter) count() int {
 // waitSynced waits until the standby holds a persisted synchronized copy of slot.
 func (h *haPair) waitSynced(t *testing.T, slot string) {
 	t.Helper()
-	waitFor(t, time.Minute, "the standby's synchronized copy of the slot", func() bool {
+	testwait.Eventually(t, time.Minute, "the standby's synchronized copy of the slot", func() bool {
 		var synced, temporary bool
 		err := pgPool(t, h.standby.pgDSN).scan(context.Background(),
 			"SELECT synced, temporary FROM pg_replication_slots WHERE slot_name = $1", []any{slot}, &synced, &temporary)
@@ -284,13 +286,13 @@ func failoverWithSlots(t *testing.T, env *testEnv, delivery string) {
 	p := faultStartReady(s, args)
 	h.waitSynced(t, s.name)
 	w := startHAWriter(t, h.multiDSN, s.table)
-	waitFor(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 30 })
+	testwait.Eventually(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 30 })
 
 	promoted := h.failover(t, env, 6*time.Second)
 	s.env = h.standby // the new primary, for the scenario's cleanup
 	first := firstRecordAfter(t, s, promoted, 2*time.Minute)
 	t.Logf("Postgres %d, %s: promotion -> first record relayed from the new primary: %s", h.version, delivery, first.Sub(promoted).Round(10*time.Millisecond))
-	waitFor(t, time.Minute, "writes after the failover", func() bool { return w.count() >= 60 })
+	testwait.Eventually(t, time.Minute, "writes after the failover", func() bool { return w.count() >= 60 })
 	w.halt()
 	waitSlotLSN(t, h.standby.pgDSN, s.name, currentLSN(t, h.standby.pgDSN), 2*time.Minute, p)
 
@@ -312,7 +314,7 @@ func failoverWithoutSlots(t *testing.T, env *testEnv) {
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s"), "--postgres-dsn", h.multiDSN)
 	p := faultStartReady(s, args)
 	w := startHAWriter(t, h.multiDSN, s.table)
-	waitFor(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 20 })
+	testwait.Eventually(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 20 })
 	waitSlotLSN(t, h.primary.pgDSN, s.name, currentLSN(t, h.primary.pgDSN), time.Minute, p)
 	h.failover(t, env, 2*time.Second)
 	s.env = h.standby
@@ -366,12 +368,12 @@ func TestDecodingOnStandby(t *testing.T) {
 	p.waitReady(2 * time.Minute) // the slot exists: every row written from now on is in it
 	w := startHAWriter(t, h.primary.pgDSN, s.table)
 	for i := 0; i < 3; i++ {
-		waitFor(t, time.Minute, "more writes", func() bool { return w.count() >= 20*(i+1) })
+		testwait.Eventually(t, time.Minute, "more writes", func() bool { return w.count() >= 20*(i+1) })
 		p.kill9()
 		p = faultStart(s, args)
 		p.waitReady(2 * time.Minute)
 	}
-	waitFor(t, time.Minute, "more writes", func() bool { return w.count() >= 100 })
+	testwait.Eventually(t, time.Minute, "more writes", func() bool { return w.count() >= 100 })
 	w.halt()
 	// The standby's slot reaches the primary's WAL end (heartbeats included) once the
 	// standby has replayed it.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // The replay and recovery suite: `walrelay replay` (a time range, a resume
@@ -522,7 +524,7 @@ func TestDLQRedrive(t *testing.T) {
 	if _, err := adm.DeleteTopics(ctx, colliding); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the colliding topic's deletion", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the colliding topic's deletion", func() bool {
 		td, err := adm.ListTopics(ctx)
 		return err == nil && !td.Has(colliding)
 	})
@@ -588,7 +590,7 @@ func TestPruneKeepsUnconfirmed(t *testing.T) {
 	}
 	// The slot's catalog_xmin passes the rows once a running-transactions
 	// record after them (a checkpoint writes one) is confirmed.
-	waitFor(t, 90*time.Second, "the slot's catalog_xmin to pass the delivered rows", func() bool {
+	testwait.Eventually(t, 90*time.Second, "the slot's catalog_xmin to pass the delivered rows", func() bool {
 		pgExec(t, env.pgDSN, "CHECKPOINT")
 		time.Sleep(500 * time.Millisecond)
 		return count(fmt.Sprintf(`SELECT count(*) FROM %s WHERE age(xmin) > (SELECT age(catalog_xmin) FROM pg_replication_slots WHERE slot_name = '%s')`,

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/test/registrytest"
 )
 
@@ -181,7 +182,7 @@ schema_rules:
 	// Kafka writes a transaction's commit markers after EndTxn returns: a
 	// read_committed reader sees the exactly-once replay once the last
 	// stable offsets reach the end.
-	waitFor(t, 30*time.Second, "the exactly-once replay's commit markers", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the exactly-once replay's commit markers", func() bool {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil || ends.Error() != nil {
 			return false
@@ -239,7 +240,7 @@ schema_rules:
 	if _, err := adm.DeleteTopics(ctx, colliding); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the colliding topic's deletion", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the colliding topic's deletion", func() bool {
 		td, err := adm.ListTopics(ctx)
 		return err == nil && !td.Has(colliding)
 	})
