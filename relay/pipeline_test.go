@@ -85,6 +85,7 @@ type pipelineRig struct {
 	src  propSource
 	stop context.CancelFunc
 	errc chan error
+	gid  int           // the pipeline's goroutine (testwait.GoroutineID)
 	pos  pglogrepl.LSN // WAL position of the next message
 	rel  bool          // the Relation message was sent
 	xid  uint32
@@ -116,7 +117,12 @@ func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakePr
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	t.Cleanup(cancel)
-	go func() { r.errc <- p.run(ctx, r.src) }()
+	gid := make(chan int, 1)
+	go func() {
+		gid <- testwait.GoroutineID()
+		r.errc <- p.run(ctx, r.src)
+	}()
+	r.gid = <-gid
 	return r
 }
 
@@ -170,6 +176,15 @@ func (r *pipelineRig) waitSent(n int) []fakeRecord {
 		r.t.Fatalf("the producer was given %d records, want %d (%v)", len(recs), n, err)
 	}
 	return recs
+}
+
+// waitAtCap waits until the pipeline waits at the tracker's in-flight cap
+// (for a unit in Begin or Add), which the tracker shows no other sign of.
+func (r *pipelineRig) waitAtCap() {
+	r.t.Helper()
+	testwait.Eventually(r.t, 5*time.Second, "the pipeline to wait at the in-flight cap", func() bool {
+		return testwait.Parked(r.gid, "checkpoint.(*Tracker).acquire")
+	})
 }
 
 // metric is the value of one series, e.g. walrelay_dead_letters_total{reason=too_large}.
@@ -332,7 +347,7 @@ func TestPipelineProduceFailureStops(t *testing.T) {
 	// fourth transaction back until the failure ends the wait.
 	blocked := make(chan bool, 1)
 	go func() { _, ok := r.txn("d"); blocked <- ok }()
-	time.Sleep(50 * time.Millisecond)
+	r.waitAtCap()
 	recs[1].done(errRefused)
 	if err := r.result(); !errors.Is(err, errRefused) {
 		t.Fatalf("pipeline returned %v, want the produce failure", err)
@@ -362,7 +377,7 @@ func TestPipelineShutdown(t *testing.T) {
 			r.waitSent(1)
 			if tc.blocked {
 				go r.txn("b", "c") // needs 3 more units: waits
-				time.Sleep(50 * time.Millisecond)
+				r.waitAtCap()
 			}
 			began := time.Now()
 			r.stop()

@@ -38,7 +38,7 @@ type relayFixture struct {
 	cancel  context.CancelFunc
 	done    chan error
 	stopped sync.Once
-	logs    *strings.Builder
+	logs    *lockedWriter // the relay's log
 }
 
 func startRelay(t *testing.T, name string, cluster *kfake.Cluster, mods ...func(*Options)) *relayFixture {
@@ -66,10 +66,10 @@ func startRelayWith(t *testing.T, name string, cluster *kfake.Cluster, create fu
 		mod(&opts)
 	}
 
-	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &strings.Builder{}}
+	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	log := slog.New(slog.NewTextHandler(&lockedWriter{b: f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Logger = log
 	go func() { f.done <- Run(ctx, opts) }()
 	t.Cleanup(func() {
@@ -108,6 +108,14 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	}
 	defer w.mu.Store(false)
 	return w.b.Write(p)
+}
+
+// String returns what was written so far; safe while the relay writes.
+func (w *lockedWriter) String() string {
+	for !w.mu.CompareAndSwap(false, true) {
+	}
+	defer w.mu.Store(false)
+	return w.b.String()
 }
 
 func (f *relayFixture) insertTxn(t *testing.T, agg string, n int) {

@@ -131,7 +131,9 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 	f.insertTxn(t, "agg-1", 2)
 	after := pg.InsertLSN()
 	testwait.Eventually(t, 20*time.Second, "a refused topic creation", func() bool { return h.Hits() >= 1 })
-	time.Sleep(500 * time.Millisecond) // into the retry loop
+	testwait.Eventually(t, 20*time.Second, "the relay to wait before retrying the topic's creation", func() bool {
+		return strings.Contains(f.logs.String(), "kafka unavailable while preparing")
+	})
 	f.relayRunning(t, "while Kafka fails the topic's creation")
 
 	f.cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/test/pgtest"
 )
 
@@ -132,6 +133,15 @@ func openFake(t *testing.T, f *fakeWalsender, cfg Config) *Conn {
 	return c
 }
 
+// waitInReceive waits until goroutine g, running Stream.Run, is idle: waiting
+// for the server in a receive.
+func waitInReceive(t *testing.T, g int) {
+	t.Helper()
+	testwait.Eventually(t, 5*time.Second, "the stream to wait in a receive", func() bool {
+		return testwait.Parked(g, "(*PgConn).ReceiveMessage")
+	})
+}
+
 // TestStreamReportsAMovedWatermarkWhileIdle: a watermark that moves after the
 // stream went quiet (Kafka acknowledged the last transaction) is reported about
 // StatusInterval after the previous update, although nothing more arrives and the
@@ -152,20 +162,25 @@ func TestStreamReportsAMovedWatermarkWhileIdle(t *testing.T) {
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- s.Run(runCtx) }()
+	gid := make(chan int, 1)
+	go func() {
+		gid <- testwait.GoroutineID()
+		errc <- s.Run(runCtx)
+	}()
 	defer func() {
 		stop()
 		if err := <-errc; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	runG := <-gid
 	select {
 	case b := <-s.Batches():
 		s.Release(b)
 	case <-ctx.Done():
 		t.Fatal("the commit was not handed over")
 	}
-	time.Sleep(300 * time.Millisecond) // the stream is idle and waiting
+	waitInReceive(t, runG)
 	const acked = pglogrepl.LSN(0x2100)
 	pos.w.Store(uint64(acked))
 	movedAt := time.Now()
@@ -200,9 +215,14 @@ func TestStreamStopsPromptlyWhenIdle(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- s.Run(ctx) }()
+	gid := make(chan int, 1)
+	go func() {
+		gid <- testwait.GoroutineID()
+		errc <- s.Run(ctx)
+	}()
+	runG := <-gid
 	<-started
-	time.Sleep(500 * time.Millisecond) // blocked in a receive by now
+	waitInReceive(t, runG)
 	stop()
 	stoppedAt := time.Now()
 	select {

@@ -559,16 +559,12 @@ func TestProduceTopicMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Retry while franz-go's cached "unknown topic" answer is fresh.
-	start := time.Now()
-	for {
-		err := s.Produce(ctx, ev, a.done(ev.ID))
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, sink.ErrTopicMissing) || time.Since(start) > waitTimeout {
-			t.Fatalf("Produce after creating the topic: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	_ = testwait.Until(ctx, waitTimeout, func() bool {
+		err = s.Produce(ctx, ev, a.done(ev.ID))
+		return err == nil || !errors.Is(err, sink.ErrTopicMissing)
+	})
+	if err != nil {
+		t.Fatalf("Produce after creating the topic: %v", err)
 	}
 	allOK(t, a.wait(t, 1), []string{ev.ID})
 	a.none(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -93,12 +94,10 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 			end()
 			var r sink.Record
 			var err error
-			for start := time.Now(); ; {
-				if r, err = s.Prepare(ctx, ev); err == nil || !sink.IsRetryable(err) || time.Since(start) > waitTimeout {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			_ = testwait.Until(ctx, waitTimeout, func() bool {
+				r, err = s.Prepare(ctx, ev)
+				return err == nil || !sink.IsRetryable(err)
+			})
 			if err != nil {
 				t.Fatalf("Prepare after the outage: %v", err)
 			}

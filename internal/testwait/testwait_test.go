@@ -80,3 +80,32 @@ func TestEventuallyNamesWhatAndTimeout(t *testing.T) {
 		t.Errorf("Eventually failed on a condition that holds: %q", r.msg)
 	}
 }
+
+func TestParkedSeesAGoroutineWaitInAFunction(t *testing.T) {
+	release := make(chan struct{})
+	ids := make(chan int, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ids <- GoroutineID()
+		waitForRelease(release)
+	}()
+	id := <-ids
+	if id == GoroutineID() {
+		t.Fatalf("GoroutineID %d is the test's own", id)
+	}
+	Eventually(t, 5*time.Second, "the goroutine to wait in waitForRelease", func() bool {
+		return Parked(id, "testwait.waitForRelease")
+	})
+	if Parked(id, "testwait.notOnItsStack") {
+		t.Errorf("Parked reports a function that is not on the goroutine's stack")
+	}
+	close(release)
+	<-done
+	if Parked(id, "testwait.waitForRelease") {
+		t.Errorf("Parked reports a goroutine that has ended")
+	}
+}
+
+//go:noinline
+func waitForRelease(release <-chan struct{}) { <-release }
