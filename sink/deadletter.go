@@ -31,9 +31,9 @@ const DefaultDLQTopic = "walrelay.dlq"
 // never lets through a record the broker refuses.
 const recordOverhead = 61 + 32
 
-// RecordSize returns the uncompressed size of r as Kafka counts it against
+// recordSize returns the uncompressed size of r as Kafka counts it against
 // max.message.bytes, rounded up.
-func RecordSize(r *kgo.Record) int {
+func recordSize(r *kgo.Record) int {
 	n := recordOverhead + len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 10
@@ -45,7 +45,7 @@ func RecordSize(r *kgo.Record) int {
 // after re-reading the limit if the cached one refuses it: it may have been
 // raised since.
 func (s *Sink) checkSize(ctx context.Context, m topicMeta, rec *kgo.Record) error {
-	size := RecordSize(rec)
+	size := recordSize(rec)
 	if size <= s.sizeLimit(m) {
 		return nil
 	}
@@ -64,17 +64,6 @@ func (s *Sink) sizeLimit(m topicMeta) int {
 		return int(m.maxBytes)
 	}
 	return int(s.cfg.BatchMaxBytes)
-}
-
-// ProduceDeadLetter is PrepareDeadLetter followed by Send with the same
-// context.
-func (s *Sink) ProduceDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error, done func(error)) error {
-	r, err := s.PrepareDeadLetter(ctx, ev, intended, reason, cause)
-	if err != nil {
-		return err
-	}
-	s.Send(ctx, r, done)
-	return nil
 }
 
 // PrepareDeadLetter makes ev's record for the dead-letter topic with the
@@ -102,7 +91,7 @@ func (s *Sink) PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intende
 		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(intended)},
 	)
 	spanReason(rec, reason)
-	if RecordSize(rec) > s.sizeLimit(m) {
+	if recordSize(rec) > s.sizeLimit(m) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQPayloadOmitted, Value: []byte(strconv.Itoa(len(rec.Value)))})
 		rec.Value = nil
 		if err := s.checkSize(ctx, m, rec); err != nil {

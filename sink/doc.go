@@ -2,22 +2,24 @@
 //
 // Every record is produced with acks=all by an idempotent producer, keyed by
 // the event's aggregate id so that one aggregate maps to one partition and
-// its events keep their commit order. Produce is asynchronous: the caller's
+// its events keep their commit order. Prepare turns an event into a record
+// (or says why Kafka will never take it); Send is asynchronous: the caller's
 // done function runs once Kafka acknowledged the record or the record failed
 // for good; only then may the caller count it as delivered.
 //
 // Invariants:
-//   - a record is never dropped: every Produce ends in exactly one call of done,
+//   - a record is never dropped: every Send ends in exactly one call of done,
 //     with nil only after the broker acknowledged it with acks=all;
-//   - records of one key are produced in the order Produce was called;
-//   - memory is bounded by Config.MaxBufferedBytes: Produce blocks when it is
+//   - records of one key are produced in the order Send was called;
+//   - memory is bounded by Config.MaxBufferedBytes: Send blocks when it is
 //     reached;
 //   - a topic's look-up or creation either succeeds, fails transiently
 //     (IsRetryable: Kafka unavailable, try again), or fails for good with a
 //     typed reason (ErrTopicRefused, ErrTopicNotAuthorized, ErrTopicMissing);
 //     a failure is never remembered, a success is re-read periodically;
 //   - entries of the headers column never shadow walrelay's own headers
-//     (ReservedHeader).
+//     (id, event_type, aggregate_type, walrelay.*, ce_*; content-type with
+//     CloudEvents on): they are dropped and reported (WithOnReservedHeader).
 //
 // A table of Config.JSONValues gets the record value Debezium's outbox router
 // writes through Kafka Connect's JsonConverter (envelope.go, connectjson.go):

@@ -62,7 +62,7 @@ func newGate(client func() *kgo.Client, maxRecords, maxBytes int, pace time.Dura
 }
 
 // send hands rec to the client now or queues it. promise is called exactly
-// once, as by Produce.
+// once, as by kgo.Client.Produce.
 func (g *gate) send(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
 	size := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {

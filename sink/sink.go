@@ -70,7 +70,7 @@ type Config struct {
 	// max.message.bytes).
 	BatchMaxBytes int32
 	// MaxBufferedBytes caps the bytes of records produced and not yet
-	// acknowledged; Produce blocks above it. Default 64 MiB.
+	// acknowledged; Send blocks above it. Default 64 MiB.
 	MaxBufferedBytes int
 	// MaxBufferedRecords caps the records produced and not yet acknowledged.
 	// Default 10000.
@@ -274,7 +274,8 @@ func WithLogger(l *slog.Logger) Option { return func(s *Sink) { s.log = l } }
 
 // WithOnReservedHeader sets a function called once for every entry of an
 // event's headers column that walrelay drops because it would shadow one of
-// walrelay's own headers (see ReservedHeader); the relay counts them in a
+// walrelay's own headers (id, event_type, aggregate_type, walrelay.*, ce_*,
+// and content-type with CloudEvents on); the relay counts them in a
 // metric. It runs on the goroutine that calls Prepare and must not block.
 func WithOnReservedHeader(fn func(key string)) Option {
 	return func(s *Sink) { s.onReserved = fn }
@@ -300,8 +301,8 @@ func (e *ProduceError) Error() string {
 
 func (e *ProduceError) Unwrap() error { return e.Err }
 
-// Sink produces events to Kafka. Prepare, Produce and their dead-letter
-// counterparts are called from one goroutine; Send, MaxMessageBytes,
+// Sink produces events to Kafka. Prepare and its dead-letter counterparts
+// are called from one goroutine; Send, MaxMessageBytes,
 // Buffered and Flush are safe for concurrent use; the done callbacks run on
 // franz-go's goroutines. Close must be called once.
 type Sink struct {
@@ -331,7 +332,7 @@ type Sink struct {
 }
 
 // New validates cfg and builds the Kafka client. franz-go connects lazily:
-// nothing is dialed until Ping or the first Produce.
+// nothing is dialed until Ping or the first Prepare.
 func New(cfg Config, opts ...Option) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -449,18 +450,6 @@ type Record struct {
 	lsn pglogrepl.LSN
 }
 
-// Produce is Prepare followed by Send with the same context: it sends ev
-// asynchronously, and returns an error (without calling done) when the
-// record was not handed to the client. See Prepare and Send.
-func (s *Sink) Produce(ctx context.Context, ev *decoder.Event, done func(error)) error {
-	r, err := s.Prepare(ctx, ev)
-	if err != nil {
-		return err
-	}
-	s.Send(ctx, r, done)
-	return nil
-}
-
 // Prepare turns ev into a record Kafka will accept, or says why it cannot,
 // with a *ProduceError wrapping one of: ErrInvalidTopic (the rendered topic
 // is not a valid name), ErrTopicMissing (topic creation is off),
@@ -569,12 +558,10 @@ func (s *Sink) reportReserved(ev *decoder.Event) {
 	}
 }
 
-// ReservedHeader reports whether key names a header walrelay sets itself,
+// reservedHeader reports whether key names a header walrelay sets itself,
 // which the headers column cannot supply: id, event_type, aggregate_type,
 // anything under walrelay. and CloudEvents' ce_ prefix, and, with
 // CloudEvents on, content-type. Names are compared as Kafka does: exactly.
-func ReservedHeader(key string, cloudEvents bool) bool { return reservedHeader(key, cloudEvents) }
-
 func reservedHeader(key string, cloudEvents bool) bool {
 	switch key {
 	case HeaderID, HeaderEventType, HeaderAggregateType:
@@ -624,14 +611,9 @@ func stringBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// BuildRecord turns ev into the Kafka record of docs/outbox-contract.md. Entries of
-// ev.Headers that would shadow walrelay's own headers (ReservedHeader) are
-// dropped.
-func BuildRecord(topic string, ev *decoder.Event) *kgo.Record {
-	rec, _ := buildRecord(topic, ev, false)
-	return rec
-}
-
+// buildRecord turns ev into the Kafka record of docs/outbox-contract.md and
+// says how many entries of ev.Headers it dropped because they would shadow
+// walrelay's own headers (reservedHeader).
 func buildRecord(topic string, ev *decoder.Event, cloudEvents bool) (*kgo.Record, int) {
 	hs := make([]kgo.RecordHeader, 0, 5+len(ev.Headers))
 	hs = append(hs,
