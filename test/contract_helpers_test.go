@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,7 +29,7 @@ import (
 // contract is one isolated contract test. Its name, e2e_<short>_<hex>, prefixes every
 // slot, publication, table, schema, database and topic it creates, so that leftovers of
 // a killed run are found and dropped by the next one. The embedded scenario provides
-// start/startReady/migrate with the scenario's slot, publication and topic prefix.
+// migrate and the start* methods with the scenario's slot, publication and topic prefix.
 type contract struct {
 	*scenario
 	slots   []string // further slots to drop at the end
@@ -146,14 +143,6 @@ func (c *contract) extraSlot(suffix string) string {
 	slot := c.name + "_" + suffix
 	c.slots = append(c.slots, slot)
 	return slot
-}
-
-// startArgs starts walrelay with exactly args (no scenario defaults).
-func (c *contract) startArgs(args ...string) *walrelayProc {
-	c.t.Helper()
-	c.runs++
-	return startWalrelay(c.t, fmt.Sprintf("%s#%d", c.short, c.runs),
-		filepath.Join(c.logDir, fmt.Sprintf("run-%d.log", c.runs)), args, nil)
 }
 
 // connect opens a dedicated connection, closed at the end of the test.
@@ -429,31 +418,3 @@ func describeBytes(b []byte) string {
 
 // ---------------------------------------------------------------------------------------
 // Metrics
-
-// metricValue scrapes walrelay's /metrics and returns the value of series, written as in
-// the exposition format: `name` or `name{label="value"}`.
-func metricValue(t *testing.T, addr, series string) (float64, bool) {
-	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s %v", resp.Status, err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return v, true
-		}
-	}
-	return 0, false
-}

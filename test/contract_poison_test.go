@@ -241,7 +241,7 @@ func TestContractDeadLetters(t *testing.T) {
 				if p.exitCode() == 0 {
 					t.Errorf("%s: walrelay exited 0 on a poison event, want non-zero", run)
 				}
-				line := findErrorLine(p, []string{poison.id})
+				line := errorLine(p.log(), []string{poison.id})
 				if line == "" {
 					t.Fatalf("%s: no ERROR line names the event id %s\n%s", run, poison.id, p.tail(20))
 				}

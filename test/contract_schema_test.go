@@ -149,7 +149,7 @@ func TestContractSchemaChange(t *testing.T) {
 	if p.exitCode() == 0 {
 		t.Errorf("walrelay exited 0 after the mapped column event_type was dropped, want non-zero")
 	}
-	line := findErrorLine(p, []string{"event_type"})
+	line := errorLine(p.log(), []string{"event_type"})
 	if line == "" {
 		t.Errorf("no ERROR line names the dropped column event_type\n%s", p.tail(20))
 	} else {

@@ -417,26 +417,6 @@ func (s *cutScenario) lastPost() lsn {
 	return m
 }
 
-// walrelay runs a walrelay subcommand to completion and returns its exit code and output.
-func (s *cutScenario) walrelay(timeout time.Duration, args ...string) (int, string) {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, walrelayBin, args...)
-	cmd.Env = childEnv(nil)
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			s.t.Fatalf("walrelay %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		code = ee.ExitCode()
-	}
-	s.t.Logf("walrelay %s: exit %d\n%s", args[0], code, indent(string(out)))
-	return code, string(out)
-}
-
 func (s *cutScenario) cutoverArgs(extra ...string) []string {
 	return append([]string{"cutover", "--postgres-dsn", s.env.pgDSN, "--slot", s.name, "--publication", s.name,
 		"--table", s.table, "--from-slot", s.dbzSlot, "--poll-interval", "250ms"}, extra...)
@@ -739,7 +719,7 @@ func testCutoverGapless(t *testing.T, env *testEnv, cw *connectWorker) {
 	waitSlotLSN(t, env.pgDSN, s.name, s.lastPost(), 90*time.Second, proc)
 
 	// 4. Drop Debezium's slot through the second check.
-	if code, out := s.walrelay(time.Minute, s.cutoverArgs("--drop-from-slot", "--start-lsn", start.String())...); code != 0 || !strings.Contains(out, "dropped slot") {
+	if code, out := runCommand(s.t, time.Minute, s.cutoverArgs("--drop-from-slot", "--start-lsn", start.String())...); code != 0 || !strings.Contains(out, "dropped slot") {
 		t.Fatalf("walrelay cutover --drop-from-slot: exit %d", code)
 	}
 	if _, ok := s.slotConfirmed(s.dbzSlot); ok {
@@ -845,7 +825,7 @@ func testCutoverIdleAllTables(t *testing.T, env *testEnv, cw *connectWorker) {
 	// heartbeat: the database is not idle for Debezium's slot, and the cutover may finish
 	// without the nudge. Then it must have waited until Debezium's slot passed its start.
 	args := s.cutoverArgs("--publication", s.dbzPub, "--create-publication=false")
-	code, out := s.walrelay(time.Minute, append(args, "--nudge=false", "--timeout", "8s", "--stall-warning", "4s")...)
+	code, out := runCommand(s.t, time.Minute, append(args, "--nudge=false", "--timeout", "8s", "--stall-warning", "4s")...)
 	if version := serverVersion(t, env.pgDSN); version < 150000 && code == 0 {
 		start, _ := s.slotConfirmed(s.name)
 		dbz, _ := s.slotConfirmed(s.dbzSlot)
@@ -859,7 +839,7 @@ func testCutoverIdleAllTables(t *testing.T, env *testEnv, cw *connectWorker) {
 	start, _ := s.slotConfirmed(s.name)
 	// With it (default), the same cutover (reusing the slot) finishes.
 	t0 := time.Now()
-	code, out = s.walrelay(2*time.Minute, append(args, "--timeout", "90s")...)
+	code, out = runCommand(s.t, 2*time.Minute, append(args, "--timeout", "90s")...)
 	if code != 0 || !strings.Contains(out, "safe to stop Debezium") || !strings.Contains(out, start.String()) {
 		t.Fatalf("cutover with the nudge on an idle database: exit %d, want 0 at start %s", code, start)
 	}
@@ -880,7 +860,7 @@ func testCutoverIdleAllTables(t *testing.T, env *testEnv, cw *connectWorker) {
 	if ignored < 20 {
 		t.Errorf(`walrelay_changes_ignored_total{reason="unmapped_table"} = %v, want >= 20 (the other table's inserts)`, ignored)
 	}
-	if code, _ := s.walrelay(time.Minute, s.cutoverArgs("--drop-from-slot", "--start-lsn", start.String())...); code != 0 {
+	if code, _ := runCommand(s.t, time.Minute, s.cutoverArgs("--drop-from-slot", "--start-lsn", start.String())...); code != 0 {
 		t.Fatalf("walrelay cutover --drop-from-slot: exit %d", code)
 	}
 	msgTopics, _ := topicsWithPrefix(context.Background(), t, env.kafka, s.name+"_dbz.message")
@@ -906,7 +886,7 @@ type cutExit struct {
 func (s *cutScenario) walrelayAsync(timeout time.Duration, args ...string) <-chan cutExit {
 	done := make(chan cutExit, 1)
 	go func() {
-		code, out := s.walrelay(timeout, args...)
+		code, out := runCommand(s.t, timeout, args...)
 		done <- cutExit{code, out}
 	}()
 	return done
@@ -985,13 +965,13 @@ func TestCutoverChecksWalrelaySlot(t *testing.T) {
 		pgExec(t, env.pgDSN, "SELECT pg_logical_emit_message(true, 'e2e.cutover', 'past start')")
 		pgExec(t, env.pgDSN, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", s.dbzSlot)
 		args := s.cutoverArgs("--drop-from-slot", "--start-lsn", startText)
-		code, out := s.walrelay(time.Minute, args...)
+		code, out := runCommand(s.t, time.Minute, args...)
 		if _, ok := s.slotConfirmed(s.dbzSlot); code != 1 || !ok || !strings.Contains(out, "does not exist") {
 			t.Fatalf("--drop-from-slot without walrelay's slot: exit %d, Debezium's slot kept %v; want exit 1, kept, and why", code, ok)
 		}
 		// With walrelay's slot in place the same command drops it.
 		pgExec(t, env.pgDSN, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.name)
-		if code, out := s.walrelay(time.Minute, args...); code != 0 || !strings.Contains(out, "dropped slot") {
+		if code, out := runCommand(s.t, time.Minute, args...); code != 0 || !strings.Contains(out, "dropped slot") {
 			t.Fatalf("--drop-from-slot with walrelay's slot: exit %d, want 0", code)
 		}
 		if _, ok := s.slotConfirmed(s.dbzSlot); ok {

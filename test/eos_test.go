@@ -21,7 +21,7 @@ func eosKill9(t *testing.T, delivery string, kills int, statusInterval string, s
 	s := newScenario(t, env, "eoskill")
 	s.readCommitted = true
 	args := s.runArgs("--status-interval", statusInterval, "--delivery", delivery)
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))
@@ -39,7 +39,7 @@ func eosKill9(t *testing.T, delivery string, kills int, statusInterval string, s
 		if rng.IntN(4) == 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
 		}
-		p = faultStart(s, args)
+		p = s.startArgs(args...)
 	}
 	p.waitReady(60 * time.Second)
 	return faultFinish(t, s, fw, stop, p, "eos_kill9_"+delivery, fmt.Sprintf("kills=%d", kills))
@@ -80,7 +80,7 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 	s.readCommitted = true
 	args := s.runArgs("--status-interval", "100ms", "--delivery", "exactly-once", "--txn-commit-interval", "2s",
 		"--standby-retry-interval", "200ms")
-	a := faultStartReady(s, args)
+	a := s.startArgsReady(args...)
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	burst, burstDone := make(chan int), make(chan *txnRec)
 	o := faultSteady(t)
@@ -126,7 +126,7 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 	pgExec(t, env.pgDSN, "select pg_terminate_backend($1)", pid)
 	t.Logf("paused walrelay %s, terminated its walsender (pid %d)", a.name, pid)
 
-	b := faultStart(s, args)
+	b := s.startArgs(args...)
 	b.waitReady(60 * time.Second)
 	waitSlotStreaming(t, env.pgDSN, s.name, 60*time.Second, b)
 	time.Sleep(2 * time.Second) // b commits transactions of its own
@@ -211,7 +211,7 @@ func TestExactlyOnceSIGTERM(t *testing.T) {
 	s := newScenario(t, env, "eosterm")
 	s.readCommitted = true
 	args := s.runArgs(append([]string{"--status-interval", "100ms"}, eosFlags...)...)
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))
 	for i := 1; i <= 3; i++ {
@@ -223,7 +223,7 @@ func TestExactlyOnceSIGTERM(t *testing.T) {
 		if code := p.exitCode(); code != 0 {
 			t.Fatalf("SIGTERM #%d: exit code %d, want 0\n%s", i, code, p.tail(20))
 		}
-		p = faultStartReady(s, args)
+		p = s.startArgsReady(args...)
 	}
 	res := faultFinish(t, s, fw, stop, p, "eos_sigterm", "sigterms=3")
 	if res.duplicates != 0 {

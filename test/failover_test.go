@@ -38,7 +38,7 @@ func TestFailoverToOtherWALHistory(t *testing.T) {
 	env := requireEnv(t)
 	rng := testRand(t)
 	s := newScenario(t, env, "failover")
-	benv, _ := faultPrivateCluster(t, env)
+	benv, _ := startPrivateCluster(t, env)
 	s.migrate(benv.pgDSN, s.table)
 	pgExec(t, benv.pgDSN, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)",
 		pgx.Identifier{s.name}.Sanitize(), pgx.Identifier(strings.Split(s.table, ".")).Sanitize()))
@@ -52,7 +52,7 @@ func TestFailoverToOtherWALHistory(t *testing.T) {
 	pu := *au
 	pu.Host = proxy.addr()
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s"), "--postgres-dsn", pu.String())
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 
 	idA, idB := walHistory(t, env.pgDSN), walHistory(t, benv.pgDSN)
 	sysA, sysB := idA[0], idB[0]
@@ -174,7 +174,7 @@ func failoverAndVerify(t *testing.T, rng *mrand.Rand, f failoverRun) {
 	// back and walrelay restarts (still through the proxy, now at the new server).
 	p.kill9()
 	f.broker.resume()
-	p2 := faultStart(s, f.args)
+	p2 := s.startArgs(f.args...)
 	p2.waitReady(time.Minute)
 	waitSlotStreaming(t, benv.pgDSN, s.name, time.Minute, p2)
 	for range 3 {
@@ -248,7 +248,7 @@ func TestExactlyOnceFailoverToPromotedStandby(t *testing.T) {
 func failoverToPromotedStandby(t *testing.T, delivery string) {
 	env := requireEnv(t)
 	rng := testRand(t)
-	penv, pScript := faultPrivateCluster(t, env)
+	penv, pScript := startPrivateCluster(t, env)
 	s := newScenario(t, penv, "fopromo")
 	s.readCommitted = delivery == "exactly-once"
 	broker := newFaultBroker(t, env)
@@ -260,7 +260,7 @@ func failoverToPromotedStandby(t *testing.T, delivery string) {
 	pu := *au
 	pu.Host = proxy.addr()
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s", "--delivery", delivery), "--postgres-dsn", pu.String())
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 
 	wP := newWorkload(t, penv, s.table, 30, newRandFrom(rng))
 	for i := range 5 {
@@ -341,24 +341,7 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 	if err != nil || pDir == "" {
 		t.Fatalf("primary: dsn %q, dir %q: %v", penv.pgDSN, pDir, err)
 	}
-	dir, err := os.MkdirTemp(env.dir, "walrelay-standby-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	extra := []string{"WALRELAY_TEST_DIR=" + dir, "WALRELAY_TEST_PG_PORT=" + strconv.Itoa(port)}
-	if env.pgBin != "" {
-		extra = append(extra, "WALRELAY_TEST_PGBIN="+env.pgBin)
-	}
-	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	t.Cleanup(func() {
-		faultResetPool(t, dsn)
-		if err := runEnvScript(t, env, 2*time.Minute, extra, "pg.sh", "stop"); err != nil {
-			t.Errorf("cleanup: stop the standby: %v", err)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir, port, extra, dsn := privateClusterPlace(t, env, "walrelay-standby-", "the standby")
 	pgBin := env.pgBin
 	if pgBin == "" {
 		pgBin = "/usr/lib/postgresql/15/bin"

@@ -20,7 +20,7 @@ func TestFaultKafkaDownBackpressure(t *testing.T) {
 	s := newScenario(t, env, "fbp")
 	broker := newFaultBroker(t, env)
 	const maxInFlight = 2000
-	p := faultStartReady(s, s.runArgs("--max-in-flight", strconv.Itoa(maxInFlight)))
+	p := s.startArgsReady(s.runArgs("--max-in-flight", strconv.Itoa(maxInFlight))...)
 	rss := startFaultRSS(t, p.cmd.Process.Pid, 200*time.Millisecond)
 	boundMiB := float64(faultEnvInt(t, "WALRELAY_FAULT_RSS_MB", 100))
 	backlog := faultEnvInt(t, "WALRELAY_FAULT_BACKLOG", faultCount(50000))
@@ -49,7 +49,7 @@ func TestFaultKafkaDownBackpressure(t *testing.T) {
 		if c := slotLSN(t, env.pgDSN, s.name); c != l0 && len(moved) < 10 {
 			moved = append(moved, fmt.Sprintf("%s at +%s", c, time.Since(start).Round(time.Millisecond)))
 		}
-		if m, err := faultMetrics(p); err == nil {
+		if m, err := p.metrics(); err == nil {
 			maxInFlightSeen = max(maxInFlightSeen, m["walrelay_in_flight_records"])
 		}
 		if time.Since(start) > 5*time.Minute {
@@ -68,7 +68,7 @@ func TestFaultKafkaDownBackpressure(t *testing.T) {
 		t.Errorf("walrelay_in_flight_records reached %.0f, above --max-in-flight %d", maxInFlightSeen, maxInFlight)
 	}
 	metrics := ""
-	if m, err := faultMetrics(p); err == nil {
+	if m, err := p.metrics(); err == nil {
 		metrics = fmt.Sprintf("in_flight=%.0f lag_bytes=%.0f", m["walrelay_in_flight_records"], m["walrelay_lag_bytes"])
 	}
 	t.Logf("broker down %s: %d events written, slot stayed at %s, WAL retained %.1f MiB, peak in-flight %.0f, %s",

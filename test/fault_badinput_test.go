@@ -135,7 +135,7 @@ func TestFaultBadInputs(t *testing.T) {
 		pgExec(t, env.pgDSN, "ALTER TABLE "+faultQuote(bin)+" ALTER COLUMN payload TYPE bytea USING convert_to(payload::text, 'UTF8')")
 		dlq := s.name + ".dlq"
 		args := faultWithFlag(s.runArgs("--dlq-topic", dlq), "--table", s.table+","+bin)
-		p := faultStartReady(s, args)
+		p := s.startArgsReady(args...)
 		fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 		fw.writeSome(t, 5)
 
@@ -258,7 +258,7 @@ func TestFaultBadInputs(t *testing.T) {
 		nocol := "public." + s.name + "_nocol"
 		pgExec(t, env.pgDSN, "CREATE TABLE "+faultQuote(nocol)+` (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 			aggregate_type text NOT NULL, aggregate_id text NOT NULL, payload jsonb, headers jsonb NOT NULL DEFAULT '{}')`)
-		p := faultStart(s, faultWithFlag(s.runArgs("--status-interval", "200ms"), "--table", nocol))
+		p := s.startArgs(faultWithFlag(s.runArgs("--status-interval", "200ms"), "--table", nocol)...)
 		time.Sleep(3 * time.Second)
 		when := "at start"
 		var tx *txnRec
@@ -334,7 +334,7 @@ func TestFaultBadInputs(t *testing.T) {
 			if p.exited() {
 				t.Fatalf("walrelay exited (%s)\n%s", p.exitStatus(), p.tail(30))
 			}
-			m, err := faultMetrics(p)
+			m, err := p.metrics()
 			if err != nil {
 				t.Fatalf("metrics: %v", err)
 			}
@@ -425,7 +425,7 @@ func TestFaultBadInputs(t *testing.T) {
 	// ALTER SYSTEM must not touch the shared one). walrelay must then refuse to start with
 	// a message that events may have been lost.
 	t.Run("slot_invalidated", func(t *testing.T) {
-		penv, _ := faultPrivateCluster(t, env)
+		penv, _ := startPrivateCluster(t, env)
 		s := newScenario(t, penv, "fbwal")
 		dsn := penv.pgDSN
 		pgExec(t, dsn, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
@@ -573,7 +573,7 @@ func faultCheckDLQ(t *testing.T, dl map[string][]*kgo.Record, id, reason, table 
 }
 
 // faultExpectExit waits for walrelay to exit non-zero with an ERROR line containing keywords
-// (see findErrorLine) and returns that line.
+// (see errorLine) and returns that line.
 func faultExpectExit(t *testing.T, p *walrelayProc, within time.Duration, keywords []string) string {
 	t.Helper()
 	if !p.waitExit(within) {
@@ -583,7 +583,7 @@ func faultExpectExit(t *testing.T, p *walrelayProc, within time.Duration, keywor
 	if p.exitCode() <= 0 {
 		t.Errorf("walrelay exited with %s, want a non-zero exit code", p.exitStatus())
 	}
-	line := findErrorLine(p, keywords)
+	line := errorLine(p.log(), keywords)
 	if line == "" {
 		t.Errorf("no ERROR line mentions all of %q\n%s", keywords, p.tail(30))
 	}
@@ -602,7 +602,7 @@ func faultExitOrDelivery(t *testing.T, s *scenario, fw *faultWriter, p *walrelay
 		time.Sleep(200 * time.Millisecond)
 	}
 	if p.exited() {
-		line := findErrorLine(p, keywords)
+		line := errorLine(p.log(), keywords)
 		if p.exitCode() <= 0 || line == "" {
 			t.Errorf("walrelay exited with %s without an ERROR line naming %q\n%s", p.exitStatus(), keywords, p.tail(30))
 		}

@@ -22,7 +22,7 @@ func faultBrokerKill9(t *testing.T, short string, eos []string) *result {
 	s := newScenario(t, env, short)
 	s.readCommitted = eos != nil
 	broker := newFaultBroker(t, env)
-	p := faultStartReady(s, s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...))
+	p := s.startArgsReady(s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...)...)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))

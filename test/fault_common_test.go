@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -632,24 +629,6 @@ func faultFinish(t *testing.T, s *scenario, fw *faultWriter, stop func() error, 
 // ---------------------------------------------------------------------------------------
 // walrelay processes
 
-// faultStart starts walrelay with exactly args (see scenario.runArgs) as the scenario's
-// next run.
-func faultStart(s *scenario, args []string) *walrelayProc {
-	s.t.Helper()
-	s.runs++
-	return startWalrelay(s.t, fmt.Sprintf("%s#%d", s.short, s.runs),
-		filepath.Join(s.logDir, fmt.Sprintf("run-%d.log", s.runs)), args, nil)
-}
-
-// faultStartReady is faultStart plus waiting until walrelay streams from the slot.
-func faultStartReady(s *scenario, args []string) *walrelayProc {
-	s.t.Helper()
-	p := faultStart(s, args)
-	p.waitReady(60 * time.Second)
-	waitSlotStreaming(s.t, s.env.pgDSN, s.name, 60*time.Second, p)
-	return p
-}
-
 // faultWithFlag returns args with flag's value replaced (or the flag appended).
 func faultWithFlag(args []string, flag, value string) []string {
 	out := slices.Clone(args)
@@ -671,39 +650,6 @@ func faultLogCount(p *walrelayProc, substr string) int {
 		}
 	}
 	return n
-}
-
-// faultMetrics reads walrelay's /metrics into "name{labels}" -> value.
-func faultMetrics(p *walrelayProc) (map[string]float64, error) {
-	addr := p.metricsAddr()
-	if addr == "" {
-		return nil, errors.New("no metrics address logged")
-	}
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -891,39 +837,6 @@ func (b *faultBroker) resume() {
 
 // ---------------------------------------------------------------------------------------
 // Postgres
-
-// faultPrivateCluster starts a throwaway Postgres (wal_level=logical) on its own port and
-// state dir, for faults that must not hit the shared cluster other packages' tests use
-// concurrently (an immediate restart, ALTER SYSTEM). It returns a copy of env pointing at
-// it and the environment that makes pg.sh act on it. It is stopped at the end of the
-// test (and, under `make test`, registered in WALRELAY_TEST_REGISTRY).
-func faultPrivateCluster(t *testing.T, env *testEnv) (*testEnv, []string) {
-	t.Helper()
-	dir, err := os.MkdirTemp(env.dir, "walrelay-fault-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	extra := []string{"WALRELAY_TEST_DIR=" + dir, "WALRELAY_TEST_PG_PORT=" + strconv.Itoa(port)}
-	if env.pgBin != "" {
-		extra = append(extra, "WALRELAY_TEST_PGBIN="+env.pgBin)
-	}
-	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	t.Cleanup(func() {
-		faultResetPool(t, dsn)
-		if err := runEnvScript(t, env, 2*time.Minute, extra, "pg.sh", "stop"); err != nil {
-			t.Errorf("cleanup: stop the private cluster: %v", err)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
-		t.Fatalf("start a private cluster: %v", err)
-	}
-	priv := *env
-	priv.pgDSN = dsn
-	return &priv, extra
-}
 
 // faultResetPool closes the idle connections of dsn's pool (after a server restart they
 // are dead, and the harness helpers would fail on the first use).

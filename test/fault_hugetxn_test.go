@@ -27,7 +27,7 @@ func TestFaultHugeTransaction(t *testing.T) {
 	env := requireEnv(t)
 	rng := testRand(t)
 	s := newScenario(t, env, "fhuge")
-	p := faultStartReady(s, s.runArgs())
+	p := s.startArgsReady(s.runArgs()...)
 	rss := startFaultRSS(t, p.cmd.Process.Pid, 200*time.Millisecond)
 	n := faultEnvInt(t, "WALRELAY_FAULT_HUGE_EVENTS", 200000)
 	boundMiB := float64(faultEnvInt(t, "WALRELAY_FAULT_HUGE_RSS_MB", 192))

@@ -17,7 +17,7 @@ func TestFaultKill9(t *testing.T) {
 	rng := testRand(t)
 	s := newScenario(t, env, "fkill")
 	args := s.runArgs("--status-interval", "100ms")
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))
@@ -36,7 +36,7 @@ func TestFaultKill9(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
 		}
-		p = faultStart(s, args)
+		p = s.startArgs(args...)
 	}
 	t.Logf("uptimes before each kill: %v", uptimes)
 	p.waitReady(60 * time.Second)

@@ -54,7 +54,7 @@ func TestFaultNetwork(t *testing.T) {
 	// %20, not '+': libpq-style URL parsing does not decode '+' to a space.
 	pu.RawQuery = strings.TrimPrefix(pu.RawQuery+"&options=-c%20wal_sender_timeout%3D15s", "&")
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms"), "--postgres-dsn", pu.String())
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))

@@ -23,10 +23,10 @@ func TestFaultPostgresRestart(t *testing.T) { faultPostgresRestart(t, "fpgrst", 
 func faultPostgresRestart(t *testing.T, short string, eos []string) *result {
 	env := requireEnv(t)
 	rng := testRand(t)
-	penv, pgScript := faultPrivateCluster(t, env)
+	penv, pgScript := startPrivateCluster(t, env)
 	s := newScenario(t, penv, short)
 	s.readCommitted = eos != nil
-	p := faultStartReady(s, s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...))
+	p := s.startArgsReady(s.runArgs(append([]string{"--status-interval", "200ms"}, eos...)...)...)
 
 	fw := newFaultWriter(t, s, penv.pgDSN, newRandFrom(rng))
 	stop := fw.runSteady(faultSteady(t))

@@ -29,7 +29,7 @@ import (
 //     (the transactions are sent again: at-least-once).
 func TestSIGTERMDuringBackoffDrainsAndConfirms(t *testing.T) {
 	env := requireEnv(t)
-	penv, pgScript := faultPrivateCluster(t, env)
+	penv, pgScript := startPrivateCluster(t, env)
 	s := newScenario(t, penv, "termbo")
 	broker := newFaultBroker(t, env)
 	pgDown := false
@@ -82,7 +82,7 @@ func TestSIGTERMDuringBackoffDrainsAndConfirms(t *testing.T) {
 		}
 	}
 	metric := func(p *walrelayProc, name string) float64 {
-		m, err := faultMetrics(p)
+		m, err := p.metrics()
 		if err != nil {
 			return -1
 		}

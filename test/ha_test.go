@@ -29,8 +29,8 @@ func standbyTakeover(t *testing.T, short string, eos []string) *result {
 	s := newScenario(t, env, short)
 	s.readCommitted = eos != nil
 	args := s.runArgs(append([]string{"--status-interval", "100ms", "--standby-retry-interval", "1s"}, eos...)...)
-	active := faultStartReady(s, args)
-	standby := faultStart(s, args)
+	active := s.startArgsReady(args...)
+	standby := s.startArgs(args...)
 	haWaitStandby(t, standby, s.name)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
@@ -64,7 +64,7 @@ func standbyTakeover(t *testing.T, short string, eos []string) *result {
 			t.Errorf("%s logged %d takeover lines, want 1", standby.name, n)
 		}
 		// The killed instance comes back as the new standby.
-		active, standby = standby, faultStart(s, args)
+		active, standby = standby, s.startArgs(args...)
 		haWaitStandby(t, standby, s.name)
 	}
 	t.Logf("takeover times (kill -9 to the standby streaming): %v", takeovers)
@@ -81,7 +81,7 @@ func haWaitStandby(t *testing.T, p *walrelayProc, slot string) {
 		if p.exited() {
 			t.Fatalf("walrelay %s exited (%s) instead of standing by\n%s", p.name, p.exitStatus(), p.tail(40))
 		}
-		if m, err := faultMetrics(p); err == nil {
+		if m, err := p.metrics(); err == nil {
 			sb := m[fmt.Sprintf(`walrelay_role{role="standby",slot=%q}`, slot)]
 			act := m[fmt.Sprintf(`walrelay_role{role="active",slot=%q}`, slot)]
 			code := haReadyz(p)
@@ -112,7 +112,7 @@ func haWaitTakeover(t *testing.T, dsn, slot string, oldPID int, p *walrelayProc,
 		pid := faultSlotPID(t, dsn, slot)
 		if pid != 0 && pid != oldPID && haReadyz(p) == http.StatusOK {
 			took := time.Since(killed)
-			m, err := faultMetrics(p)
+			m, err := p.metrics()
 			if err != nil {
 				t.Fatalf("metrics of %s: %v", p.name, err)
 			}

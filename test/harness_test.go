@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +28,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// The harness's vocabulary; tests are written with these names.
+//
+//   - Start services: `make test` starts the shared Postgres, Kafka and schema registry and
+//     requireEnv hands them to a test (skipping it outside CI when they are missing).
+//     startPrivateCluster starts a throwaway Postgres for a test that restarts it or needs
+//     another setup; newFaultBroker stops, kills, pauses and restarts the broker, and always
+//     restores it.
+//   - Isolate: newScenario gives a test its own outbox table (made by `walrelay migrate`),
+//     slot, publication and topic prefix, all named e2e_<short>_<hex> and dropped after it;
+//     newContract is the same without the table, for tests that build their own tables,
+//     schemas or databases.
+//   - Run walrelay: s.start(extra...) is `walrelay run` with the scenario's flags
+//     (s.runArgs) plus extra, s.startArgs(args...) runs exactly args, and s.startReady /
+//     s.startArgsReady also wait until walrelay is ready and streams from the slot. Each
+//     returns a *walrelayProc (kill9, sigterm, waitExit, log, metrics; errorLine finds an
+//     ERROR line in its log). runCommand runs a one-shot command (doctor, migrate, cutover)
+//     to completion; s.cmdRun does too and keeps stdout apart from the log.
+//   - Write: a workload (newWorkload; writeTxn, runContinuous) or, surviving Postgres
+//     restarts, a faultWriter (newFaultWriter; writeTxn, runSteady); runTxn commits one
+//     hand-written transaction and insertEvent one event. Each records where its
+//     transactions lie in the WAL (txnRec, txnInfo).
+//   - Wait: waitSlotLSN and waitSlotStreaming for the slot, p.waitReady for walrelay,
+//     testwait.Eventually for anything else; never a sleep in the hope that it happened.
+//   - Verify: verify (for a workload) and faultVerify (for a faultWriter) consume the
+//     topics and judge the delivery contract: every committed event arrives, in commit
+//     order per aggregate, and nothing rolled back does; checkDelivery compares the records
+//     with the wantRecs a contract test expects; consumeAll reads the topics of a prefix.
 
 // ---------------------------------------------------------------------------------------
 // Environment
@@ -125,6 +154,61 @@ func runEnvScript(t *testing.T, env *testEnv, timeout time.Duration, extraEnv []
 
 // ---------------------------------------------------------------------------------------
 // LSNs
+
+// startPrivateCluster starts a throwaway Postgres on its own port and state dir, for
+// faults that must not hit the shared cluster other packages' tests use concurrently (an
+// immediate restart, ALTER SYSTEM) or for another setup; pgEnv is passed to pg.sh (e.g.
+// WALRELAY_TEST_PG_WAL_LEVEL=replica; default wal_level=logical). It returns a copy of env
+// pointing at it and the environment that makes pg.sh act on it. It is stopped at the end
+// of the test (and, under `make test`, registered in WALRELAY_TEST_REGISTRY).
+func startPrivateCluster(t *testing.T, env *testEnv, pgEnv ...string) (*testEnv, []string) {
+	t.Helper()
+	_, _, extra, dsn := privateClusterPlace(t, env, "walrelay-e2e-pg-", "the private cluster", pgEnv...)
+	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
+		t.Fatalf("start a private cluster: %v", err)
+	}
+	priv := *env
+	priv.pgDSN = dsn
+	return &priv, extra
+}
+
+// privateClusterPlace makes the state directory (named prefix*) and picks the port of a
+// throwaway Postgres, and registers its stop (pg.sh stop, named what in errors) and the
+// directory's removal at the end of the test. It returns the directory, the port, the
+// environment that makes pg.sh act on that cluster (pgEnv included) and its DSN.
+func privateClusterPlace(t *testing.T, env *testEnv, prefix, what string, pgEnv ...string) (dir string, port int, extra []string, dsn string) {
+	t.Helper()
+	dir, err := os.MkdirTemp(env.dir, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port = freePort(t)
+	extra = append([]string{"WALRELAY_TEST_DIR=" + dir, "WALRELAY_TEST_PG_PORT=" + strconv.Itoa(port)}, pgEnv...)
+	if env.pgBin != "" {
+		extra = append(extra, "WALRELAY_TEST_PGBIN="+env.pgBin)
+	}
+	dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	t.Cleanup(func() {
+		faultResetPool(t, dsn)
+		if err := runEnvScript(t, env, 2*time.Minute, extra, "pg.sh", "stop"); err != nil {
+			t.Errorf("cleanup: stop %s: %v", what, err)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir, port, extra, dsn
+}
+
+// freePort returns a TCP port that was free on the loopback a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
 
 // lsn is a Postgres WAL position.
 type lsn uint64
@@ -498,15 +582,29 @@ func (s *scenario) runArgs(extra ...string) []string {
 // start starts `walrelay run` with the scenario's flags plus extra.
 func (s *scenario) start(extra ...string) *walrelayProc {
 	s.t.Helper()
-	s.runs++
-	return startWalrelay(s.t, fmt.Sprintf("%s#%d", s.short, s.runs),
-		filepath.Join(s.logDir, fmt.Sprintf("run-%d.log", s.runs)), s.runArgs(extra...), nil)
+	return s.startArgs(s.runArgs(extra...)...)
 }
 
-// startReady starts walrelay and waits until it streams from the slot.
+// startReady is start plus waiting until walrelay streams from the slot.
 func (s *scenario) startReady(extra ...string) *walrelayProc {
 	s.t.Helper()
-	p := s.start(extra...)
+	return s.startArgsReady(s.runArgs(extra...)...)
+}
+
+// startArgs starts walrelay with exactly args (see runArgs) as the scenario's next run;
+// its log is run-<n>.log in the scenario's log directory.
+func (s *scenario) startArgs(args ...string) *walrelayProc {
+	s.t.Helper()
+	s.runs++
+	return startWalrelay(s.t, fmt.Sprintf("%s#%d", s.short, s.runs),
+		filepath.Join(s.logDir, fmt.Sprintf("run-%d.log", s.runs)), args, nil)
+}
+
+// startArgsReady is startArgs plus waiting until walrelay is ready and streams from the
+// scenario's slot.
+func (s *scenario) startArgsReady(args ...string) *walrelayProc {
+	s.t.Helper()
+	p := s.startArgs(args...)
 	p.waitReady(60 * time.Second)
 	waitSlotStreaming(s.t, s.env.pgDSN, s.name, 60*time.Second, p)
 	return p
@@ -514,6 +612,27 @@ func (s *scenario) startReady(extra ...string) *walrelayProc {
 
 // ---------------------------------------------------------------------------------------
 // walrelay process
+
+// runCommand runs a walrelay command (doctor, migrate, cutover, ...) to completion within
+// timeout and returns its exit code and its output (stdout and stderr), which it logs.
+func runCommand(t *testing.T, timeout time.Duration, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, walrelayBin, args...)
+	cmd.Env = childEnv(nil)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("walrelay %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		code = ee.ExitCode()
+	}
+	t.Logf("walrelay %s: exit %d\n%s", args[0], code, indent(string(out)))
+	return code, string(out)
+}
 
 // walrelayProc is one walrelay process whose stderr goes to a file.
 type walrelayProc struct {
@@ -664,6 +783,41 @@ func (p *walrelayProc) logLines() []map[string]any {
 
 var hostPortRE = regexp.MustCompile(`^127\.0\.0\.1:\d+$`)
 
+// errorLine returns the first JSON line of log (walrelay's log, or a command's output)
+// with level ERROR that contains every keyword (case-insensitively; "a|b" matches
+// either), or "".
+func errorLine(log string, keywords []string) string {
+	for _, raw := range strings.Split(log, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(raw), &m) != nil {
+			continue
+		}
+		if lvl, _ := m["level"].(string); !strings.EqualFold(lvl, "ERROR") {
+			continue
+		}
+		if hasKeywords(raw, keywords) {
+			return raw
+		}
+	}
+	return ""
+}
+
+// hasKeywords reports whether s contains every keyword (case-insensitively; "a|b"
+// matches either).
+func hasKeywords(s string, keywords []string) bool {
+	s = strings.ToLower(s)
+	for _, kw := range keywords {
+		found := false
+		for _, alt := range strings.Split(kw, "|") {
+			found = found || strings.Contains(s, strings.ToLower(alt))
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // metricsAddr returns the address of the "metrics listening" log line, if logged yet.
 func (p *walrelayProc) metricsAddr() string {
 	for _, m := range p.logLines() {
@@ -674,6 +828,60 @@ func (p *walrelayProc) metricsAddr() string {
 		}
 	}
 	return ""
+}
+
+// metrics scrapes p's /metrics: every sample by its series as exposed (name{labels}).
+func (p *walrelayProc) metrics() (map[string]float64, error) {
+	addr := p.metricsAddr()
+	if addr == "" {
+		return nil, errors.New("no metrics address logged")
+	}
+	return metricsAt(addr)
+}
+
+// metricsAt scrapes the /metrics page at addr: every sample by its series as exposed
+// (name{labels}).
+func metricsAt(addr string) (map[string]float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// metricValue is the value of one series (name{labels} as exposed) at addr, and whether
+// it is exposed; it fails t when the page cannot be read.
+func metricValue(t *testing.T, addr, series string) (float64, bool) {
+	t.Helper()
+	m, err := metricsAt(addr)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	v, ok := m[series]
+	return v, ok
 }
 
 // waitReady waits until walrelay logged its metrics address and /readyz answers 200.

@@ -106,7 +106,7 @@ func TestTopicCollisionRefusedIsPoison(t *testing.T) {
 	if p2.exitCode() == 0 {
 		t.Errorf("walrelay exited 0 on a refused topic, want non-zero")
 	}
-	line := findErrorLine(p2, []string{stopID, "topic_refused", "collides"})
+	line := errorLine(p2.log(), []string{stopID, "topic_refused", "collides"})
 	if line == "" {
 		t.Fatalf("no ERROR line names the event %s, topic_refused and the collision\n%s", stopID, p2.tail(20))
 	}

@@ -35,8 +35,8 @@ func TestObservability(t *testing.T) {
 	rng := testRand(t)
 	s := newScenario(t, env, "obs")
 	args := s.runArgs("--status-interval", "100ms", "--standby-retry-interval", "1s", "--slot-metrics-interval", "500ms")
-	active := faultStartReady(s, args)
-	standby := faultStart(s, args)
+	active := s.startArgsReady(args...)
+	standby := s.startArgs(args...)
 	haWaitStandby(t, standby, s.name)
 
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
@@ -135,10 +135,10 @@ func TestObservability(t *testing.T) {
 	obsCheckMetricsDoc(t, families)
 }
 
-// obsMetrics scrapes p's /metrics (see faultMetrics) or fails the test.
+// obsMetrics scrapes p's /metrics (see walrelayProc.metrics) or fails the test.
 func obsMetrics(t *testing.T, p *walrelayProc) map[string]float64 {
 	t.Helper()
-	m, err := faultMetrics(p)
+	m, err := p.metrics()
 	if err != nil {
 		t.Fatalf("scrape %s: %v", p.name, err)
 	}

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +23,7 @@ import (
 func insertOrder(t *testing.T, conn *pgx.Conn, table string) (string, *txnInfo) {
 	t.Helper()
 	id := newUUID()
-	tx := runTxn(t, conn, false, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "INSERT INTO "+qtable(table)+
-			" (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1::uuid, 'order', 'o-1', 'Created', '{}')", id)
-		return err
-	})
-	return id, tx
+	return id, insertEvent(t, conn, table, id, "order", "{}", "", "")
 }
 
 // orderDelivered reports which of ids arrived on the topics under prefix.
@@ -85,7 +78,7 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 			if p.exitCode() <= 0 {
 				t.Errorf("exit status %s, want non-zero", p.exitStatus())
 			}
-			line := findErrorLine(p, []string{c.table, moved, "rename it back", "configure the outbox table as"})
+			line := errorLine(p.log(), []string{c.table, moved, "rename it back", "configure the outbox table as"})
 			if line == "" {
 				t.Errorf("no ERROR line names %s, %s and the fixes\n%s", c.table, moved, p.tail(20))
 			}
@@ -144,26 +137,6 @@ func TestRenamedOutboxTableStops(t *testing.T) {
 	})
 }
 
-// runCommand runs a walrelay subcommand to completion and returns its exit code and
-// its output (stdout and stderr).
-func runCommand(t *testing.T, env []string, args ...string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, walrelayBin, args...)
-	cmd.Env = childEnv(env)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
-	}
-	t.Fatalf("walrelay %s: %v\n%s", strings.Join(args, " "), err, out)
-	return 0, ""
-}
-
 // refusedAtStart starts `walrelay run` with args and requires a prompt exit != 0 with one
 // ERROR line containing every keyword ("a|b": either). It returns that line.
 func refusedAtStart(t *testing.T, c *contract, keywords []string, args ...string) string {
@@ -175,7 +148,7 @@ func refusedAtStart(t *testing.T, c *contract, keywords []string, args ...string
 	if p.exitCode() <= 0 {
 		t.Errorf("exit status %s, want non-zero", p.exitStatus())
 	}
-	line := findErrorLine(p, keywords)
+	line := errorLine(p.log(), keywords)
 	if line == "" {
 		t.Errorf("no ERROR line contains all of %q\n%s", keywords, p.tail(20))
 	}
@@ -218,7 +191,7 @@ func TestPublicationWithoutInsertsRefused(t *testing.T) {
 			}
 			c.exec("CREATE PUBLICATION " + pub + " " + tc.create)
 			line := refusedAtStart(t, c, tc.keywords, c.runArgs()...)
-			code, out := runCommand(t, nil, "doctor", "--postgres-dsn", env.pgDSN, "--kafka-brokers", env.kafka,
+			code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", env.pgDSN, "--kafka-brokers", env.kafka,
 				"--slot", c.name, "--publication", c.name, "--table", c.table)
 			if code == 0 || !strings.Contains(out, "FAIL publication") || !strings.Contains(strings.ToLower(out), strings.ToLower(tc.keywords[1])) {
 				t.Errorf("doctor: exit %d, want a FAIL publication line with %q:\n%s", code, tc.keywords[1], out)
@@ -230,7 +203,7 @@ func TestPublicationWithoutInsertsRefused(t *testing.T) {
 		dsn := c.createDatabase(c.name + "_all")
 		c.migrate(dsn, c.table)
 		pgExec(t, dsn, "CREATE PUBLICATION "+pub+" FOR ALL TABLES")
-		code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table)
 		if code != 0 || !strings.Contains(out, "ok   publication") {
 			t.Errorf("doctor on a FOR ALL TABLES publication: exit %d\n%s", code, out)
@@ -290,38 +263,6 @@ func TestMixedCasePublicationName(t *testing.T) {
 	})
 }
 
-// errorLineWith returns the first JSON log line of out with level ERROR that contains
-// every keyword (case-insensitively; "a|b" matches either).
-func errorLineWith(out string, keywords []string) string {
-	for _, raw := range strings.Split(out, "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(raw), &m) != nil {
-			continue
-		}
-		if lvl, _ := m["level"].(string); !strings.EqualFold(lvl, "ERROR") {
-			continue
-		}
-		if hasKeywords(raw, keywords) {
-			return raw
-		}
-	}
-	return ""
-}
-
-func hasKeywords(s string, keywords []string) bool {
-	s = strings.ToLower(s)
-	for _, kw := range keywords {
-		found := false
-		for _, alt := range strings.Split(kw, "|") {
-			found = found || strings.Contains(s, strings.ToLower(alt))
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
 // createLoginRole creates a login role named name with the given options, dropped (with what
 // it owns in the databases of dsns) when the test ends.
 func createLoginRole(t *testing.T, env *testEnv, name, options string, dsns ...string) {
@@ -377,7 +318,7 @@ func TestNewUserErrors(t *testing.T) {
 	}
 	doctor := func(t *testing.T, dsn string, keywords []string) {
 		t.Helper()
-		code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table)
 		var fail string
 		for _, l := range strings.Split(out, "\n") {
@@ -447,7 +388,7 @@ func TestNewUserErrors(t *testing.T) {
 		// Step 4: the owner (here the superuser that ran migrate) creates the publication;
 		// the role then streams.
 		pgExec(t, env.pgDSN, names.Replace(readmeSetupSQL(t, 4)))
-		if code, out := runCommand(t, nil, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+		if code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
 			"--slot", c.name, "--publication", c.name, "--table", c.table); code != 0 {
 			t.Errorf("doctor after the owner created the publication: exit %d\n%s", code, out)
 		}
@@ -468,7 +409,7 @@ func TestNewUserErrors(t *testing.T) {
 		role := c.name + "_mig"
 		createLoginRole(t, env, role, "", adminDSN)
 		dsn := dsnWithUser(t, env.pgDSN, role, "", db)
-		code, out := runCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox")
+		code, out := runCommand(t, 90*time.Second, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox")
 		keywords := []string{"permission denied", fmt.Sprintf(`GRANT CREATE ON DATABASE \"%s\" TO \"%s\"`, db, role)}
 		schemaGrant := fmt.Sprintf(`GRANT CREATE ON SCHEMA \"public\" TO \"%s\"`, role)
 		// Before Postgres 15 every role may create in schema public (PUBLIC has CREATE
@@ -478,7 +419,7 @@ func TestNewUserErrors(t *testing.T) {
 		if !publicCreate {
 			keywords = append(keywords, schemaGrant)
 		}
-		line := errorLineWith(out, keywords)
+		line := errorLine(out, keywords)
 		if code == 0 || line == "" {
 			t.Errorf("migrate: exit %d, want an ERROR line with %q:\n%s", code, keywords, out)
 		}
@@ -488,7 +429,7 @@ func TestNewUserErrors(t *testing.T) {
 		// The fix it names works.
 		pgExec(t, adminDSN, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize())
 		pgExec(t, adminDSN, "GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
-		if code, out := runCommand(t, nil, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox"); code != 0 {
+		if code, out := runCommand(t, 90*time.Second, "migrate", "--postgres-dsn", dsn, "--table", "public.outbox"); code != 0 {
 			t.Errorf("migrate after the GRANTs: exit %d\n%s", code, out)
 		}
 		t.Logf("scenario=pgobjects/new_user_migrate line=%s", line)

@@ -38,7 +38,7 @@ type haPair struct {
 // for it before logical walsenders send a change: synchronized_standby_slots).
 func newHAPair(t *testing.T, env *testEnv) *haPair {
 	t.Helper()
-	penv, pScript := faultPrivateCluster(t, env)
+	penv, pScript := startPrivateCluster(t, env)
 	pu, err := url.Parse(penv.pgDSN)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func failoverWithSlots(t *testing.T, env *testEnv, delivery string) {
 	s.readCommitted = delivery == "exactly-once"
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s", "--slot-failover", "--delivery", delivery),
 		"--postgres-dsn", h.multiDSN)
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 	h.waitSynced(t, s.name)
 	w := startHAWriter(t, h.multiDSN, s.table)
 	testwait.Eventually(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 30 })
@@ -312,7 +312,7 @@ func failoverWithoutSlots(t *testing.T, env *testEnv) {
 	h := newHAPair(t, env)
 	s := newScenario(t, h.primary, "hanoslot")
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s"), "--postgres-dsn", h.multiDSN)
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 	w := startHAWriter(t, h.multiDSN, s.table)
 	testwait.Eventually(t, time.Minute, "writes before the failover", func() bool { return w.count() >= 20 })
 	waitSlotLSN(t, h.primary.pgDSN, s.name, currentLSN(t, h.primary.pgDSN), time.Minute, p)
@@ -358,19 +358,19 @@ func TestDecodingOnStandby(t *testing.T) {
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s", "--heartbeat-postgres-dsn", h.primary.pgDSN),
 		"--postgres-dsn", h.standby.pgDSN)
 	if h.version < 160000 {
-		p := faultStart(s, args)
+		p := s.startArgs(args...)
 		if !p.waitExit(time.Minute) || p.exitCode() == 0 || !strings.Contains(p.log(), "logical decoding on a standby needs 16 or newer") {
 			t.Fatalf("walrelay on a Postgres %d standby: %s, want a refusal naming 16:\n%s", h.version, p.exitStatus(), p.tail(10))
 		}
 		return
 	}
-	p := faultStart(s, args)
+	p := s.startArgs(args...)
 	p.waitReady(2 * time.Minute) // the slot exists: every row written from now on is in it
 	w := startHAWriter(t, h.primary.pgDSN, s.table)
 	for i := 0; i < 3; i++ {
 		testwait.Eventually(t, time.Minute, "more writes", func() bool { return w.count() >= 20*(i+1) })
 		p.kill9()
-		p = faultStart(s, args)
+		p = s.startArgs(args...)
 		p.waitReady(2 * time.Minute)
 	}
 	testwait.Eventually(t, time.Minute, "more writes", func() bool { return w.count() >= 100 })

@@ -36,7 +36,7 @@ func TestInvalidConfigFailsAtStart(t *testing.T) {
 	if len(errorLines) != 1 {
 		t.Fatalf("%d ERROR lines, want exactly one:\n%s", len(errorLines), p.tail(20))
 	}
-	if line := findErrorLine(p, []string{"header-columns", `\"trace\" listed twice`}); line == "" {
+	if line := errorLine(p.log(), []string{"header-columns", `\"trace\" listed twice`}); line == "" {
 		t.Errorf("the ERROR line does not name header-columns and the duplicate: %s", errorLines[0])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

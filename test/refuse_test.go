@@ -1,66 +1,22 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"net"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// startReplicaCluster starts a second, throwaway Postgres with wal_level=replica on its
-// own port and state dir, and stops it at the end of the test. It returns its DSN.
-func startReplicaCluster(t *testing.T, env *testEnv) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(env.dir, "walrelay-e2e-replica-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	extra := []string{
-		"WALRELAY_TEST_DIR=" + dir,
-		"WALRELAY_TEST_PG_PORT=" + strconv.Itoa(port),
-		"WALRELAY_TEST_PG_WAL_LEVEL=replica",
-	}
-	if env.pgBin != "" {
-		extra = append(extra, "WALRELAY_TEST_PGBIN="+env.pgBin)
-	}
-	t.Cleanup(func() {
-		if err := runEnvScript(t, env, 2*time.Minute, extra, "pg.sh", "stop"); err != nil {
-			t.Errorf("cleanup: stop the wal_level=replica cluster: %v", err)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
-		t.Fatalf("start a wal_level=replica cluster: %v", err)
-	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestRefusesToStart: bad configuration and missing prerequisites make walrelay exit
 // non-zero, promptly, with an ERROR log line that names the problem.
 func TestRefusesToStart(t *testing.T) {
 	env := requireEnv(t)
 	s := newScenario(t, env, "refuse")
-	replicaDSN := startReplicaCluster(t, env)
+	replica, _ := startPrivateCluster(t, env, "WALRELAY_TEST_PG_WAL_LEVEL=replica")
+	replicaDSN := replica.pgDSN
 	s.migrate(replicaDSN, "public.outbox")
 	missingTable := s.name + "_missing"
 
@@ -117,7 +73,7 @@ func TestRefusesToStart(t *testing.T) {
 			if code := p.exitCode(); code <= 0 {
 				t.Errorf("exit status %s, want a non-zero exit code", p.exitStatus())
 			}
-			line := findErrorLine(p, c.keywords)
+			line := errorLine(p.log(), c.keywords)
 			if line == "" {
 				t.Errorf("no ERROR log line mentions all of %q\n%s", c.keywords, p.tail(40))
 				return
@@ -126,33 +82,6 @@ func TestRefusesToStart(t *testing.T) {
 			t.Logf("scenario=refuse/%s exit=%d took=%s error_line=found", c.name, p.exitCode(), took)
 		})
 	}
-}
-
-// findErrorLine returns the first JSON log line with level ERROR that contains every
-// keyword (case-insensitively; "a|b" matches either).
-func findErrorLine(p *walrelayProc, keywords []string) string {
-	for _, raw := range strings.Split(p.log(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(raw), &m) != nil {
-			continue
-		}
-		if lvl, _ := m["level"].(string); !strings.EqualFold(lvl, "ERROR") {
-			continue
-		}
-		line := strings.ToLower(raw)
-		ok := true
-		for _, kw := range keywords {
-			found := false
-			for _, alt := range strings.Split(kw, "|") {
-				found = found || strings.Contains(line, strings.ToLower(alt))
-			}
-			ok = ok && found
-		}
-		if ok {
-			return raw
-		}
-	}
-	return ""
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -379,7 +379,7 @@ func recoverAfterLostSlot(t *testing.T, mode string) {
 	delivery := []string{"--delivery", mode}
 	s.readCommitted = mode == "exactly-once"
 	args := s.runArgs(append(delivery, "--status-interval", "100ms")...)
-	p := faultStartReady(s, args)
+	p := s.startArgsReady(args...)
 	fw := newFaultWriter(t, s, env.pgDSN, newRandFrom(rng))
 	// A recovery re-publishes rows: those a transaction deletes as it writes
 	// them exist only in the WAL, and a lost slot loses them for good
@@ -416,7 +416,7 @@ func recoverAfterLostSlot(t *testing.T, mode string) {
 	if !querySlotExists(t, env.pgDSN, s.name) {
 		t.Fatal("the recovery made no new slot")
 	}
-	p = faultStartReady(s, args)
+	p = s.startArgsReady(args...)
 	time.Sleep(2 * time.Second)
 	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)

@@ -219,7 +219,7 @@ func TestKafkaSecurity(t *testing.T) {
 				errs = append(errs, string(b))
 			}
 		}
-		if len(errs) != 1 || findErrorLine(p, r.keywords) == "" {
+		if len(errs) != 1 || errorLine(p.log(), r.keywords) == "" {
 			t.Errorf("%s: want exactly one ERROR line with %q, got %d:\n%s", r.name, r.keywords, len(errs), p.tail(20))
 			continue
 		}
