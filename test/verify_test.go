@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // outboxRow is a row of the outbox table as Postgres renders it.
@@ -96,13 +98,12 @@ func consumeAllIsolation(t *testing.T, brokers, prefix string, expectTopics []st
 
 	adm := newKafkaClient(t, brokers)
 	defer adm.Close()
-	list := kadm.NewClient(adm).ListEndOffsets
-	if readCommitted {
-		list = kadm.NewClient(adm).ListCommittedOffsets
-	}
-	ends, err := list(ctx, topics...)
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
 	if err != nil {
 		t.Fatalf("list end offsets %v: %v", topics, err)
+	}
+	if readCommitted {
+		ends = stableOffsets(ctx, t, kadm.NewClient(adm), topics, ends)
 	}
 	type tp struct {
 		topic     string
@@ -434,4 +435,37 @@ func checkRecord(res *result, s *scenario, rec *kgo.Record, ev *eventRec, row ou
 		bad("timestamp %s is not the commit time (transaction ran %s .. %s)",
 			ts.Format(time.RFC3339Nano), tx.Before.Format(time.RFC3339Nano), tx.After.Format(time.RFC3339Nano))
 	}
+}
+
+// stableOffsets returns the last stable offsets of topics for a read_committed
+// read. Kafka writes a transaction's commit markers after the commit returned
+// to the producer, so right after a commit the last stable offset may still
+// sit before that transaction: it waits, up to 15 s, for every partition's
+// last stable offset to reach its end offset (ends), and takes what it has
+// after that (a transaction still open is then left out, as read_committed
+// consumers leave it out).
+func stableOffsets(ctx context.Context, t *testing.T, adm *kadm.Client, topics []string, ends kadm.ListedOffsets) kadm.ListedOffsets {
+	t.Helper()
+	var stable kadm.ListedOffsets
+	_ = testwait.Until(ctx, 15*time.Second, func() bool {
+		var err error
+		stable, err = adm.ListCommittedOffsets(ctx, topics...)
+		if err != nil {
+			return false
+		}
+		caughtUp := true
+		stable.Each(func(o kadm.ListedOffset) {
+			if e, ok := ends.Lookup(o.Topic, o.Partition); o.Err != nil || ok && o.Offset < e.Offset {
+				caughtUp = false
+			}
+		})
+		return caughtUp
+	})
+	if stable == nil {
+		var err error
+		if stable, err = adm.ListCommittedOffsets(ctx, topics...); err != nil {
+			t.Fatalf("list last stable offsets %v: %v", topics, err)
+		}
+	}
+	return stable
 }
