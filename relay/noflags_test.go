@@ -172,3 +172,42 @@ func TestSettingKeysAreSettings(t *testing.T) {
 		}
 	}
 }
+
+// slotSQL is SQL that reads pg_replication_slots or drops a slot.
+var slotSQL = regexp.MustCompile(`(?i)from\s+pg_replication_slots|pg_drop_replication_slot\s*\(`)
+
+// TestOneOwnerOfSlotSQL: the replication package owns the slot's SQL
+// (ReadSlot, with the columns of each Postgres version; DropSlot, with the
+// name as a parameter); the runtime and the command call it. Programs of
+// package main outside cmd (decoder/internal/capture, a capture tool) are not
+// walked; texts that do not start with SELECT (advice to an operator that
+// names the function) are not statements.
+func TestOneOwnerOfSlotSQL(t *testing.T) {
+	fset := token.NewFileSet()
+	found := 0
+	walkGo(t, fset, append([]string{"../cmd"}, libraryDirs...), func(f *ast.File) {
+		if f.Name.Name == "main" && !strings.HasPrefix(fset.Position(f.Pos()).Filename, "../cmd/") {
+			return
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, _ := strconv.Unquote(lit.Value)
+			if !slotSQL.MatchString(s) || !strings.HasPrefix(strings.ToUpper(strings.TrimSpace(s)), "SELECT") {
+				return true // not a statement: advice to an operator names the function
+			}
+			pos := fset.Position(lit.Pos())
+			if filepath.Base(filepath.Dir(pos.Filename)) == "replication" && filepath.Base(pos.Filename) == "slot.go" {
+				found++
+				return true
+			}
+			t.Errorf("%s: %q reads or drops a slot in SQL of its own: call replication.ReadSlot or replication.DropSlot", pos, s)
+			return true
+		})
+	})
+	if found == 0 {
+		t.Fatal("no slot SQL found in replication/slot.go: the walk missed it")
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -248,29 +247,21 @@ type SlotState struct {
 	Confirmed   string // confirmed_flush_lsn, "" when NULL
 }
 
-// ReadSlotState reads slot's row of pg_replication_slots over conn.
+// ReadSlotState reads slot's row of pg_replication_slots over conn
+// (replication.ReadSlot).
 func ReadSlotState(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
 	st := SlotState{Name: slot}
-	var xmin, confirmed, walStatus *string
-	err := conn.QueryRow(ctx, `SELECT catalog_xmin::text, confirmed_flush_lsn::text, wal_status, active
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&xmin, &confirmed, &walStatus, &st.Active)
-	if errors.Is(err, pgx.ErrNoRows) {
+	s, err := replication.ReadSlot(ctx, replication.NewQuerier(conn.PgConn()), slot)
+	if errors.Is(err, replication.ErrSlotMissing) {
 		return st, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("read slot %s: %w", slot, err)
+		return st, err
 	}
-	st.Exists = true
-	st.Lost = walStatus != nil && *walStatus == "lost"
-	if confirmed != nil {
-		st.Confirmed = *confirmed
-	}
-	if xmin != nil {
-		x, err := strconv.ParseUint(*xmin, 10, 32)
-		if err != nil {
-			return st, fmt.Errorf("slot %s: catalog_xmin %q: %w", slot, *xmin, err)
-		}
-		st.CatalogXmin = uint32(x)
+	st.Exists, st.Active, st.CatalogXmin = true, s.Active, s.CatalogXmin
+	st.Lost = s.WALStatus == "lost"
+	if s.ConfirmedFlushLSN != 0 {
+		st.Confirmed = s.ConfirmedFlushLSN.String()
 	}
 	return st, nil
 }
@@ -340,7 +331,7 @@ func (rec *Recovery) CreateSlot(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND wal_status = 'lost'", rec.Slot.Name)
+		err = dropLostSlot(ctx, conn, rec.Slot.Name)
 		conn.Close(context.Background())
 		if err != nil {
 			return fmt.Errorf("drop the lost slot %s: %w", rec.Slot.Name, err)
@@ -357,4 +348,18 @@ func (rec *Recovery) CreateSlot(ctx context.Context, opts Options) error {
 		return fmt.Errorf("replication slot %q was created by another process meanwhile: its events may hide the gap; stop it and drop that slot, then recover again", rcfg.Slot)
 	}
 	return conn.Close(context.Background())
+}
+
+// dropLostSlot drops slot if it is still lost (wal_status lost); a slot
+// that is gone or valid again is left as it is.
+func dropLostSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	q := replication.NewQuerier(conn.PgConn())
+	s, err := replication.ReadSlot(ctx, q, slot)
+	if errors.Is(err, replication.ErrSlotMissing) || err == nil && s.WALStatus != "lost" {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return replication.DropSlot(ctx, q, slot)
 }

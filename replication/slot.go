@@ -36,6 +36,11 @@ type Slot struct {
 	// physical slot).
 	RestartLSN        pglogrepl.LSN
 	ConfirmedFlushLSN pglogrepl.LSN
+	// CatalogXmin is the oldest transaction whose catalog rows the slot
+	// keeps (0 when NULL: a physical slot). Postgres advances it only past
+	// positions the consumer confirmed, so a row of a transaction older than
+	// it has been confirmed.
+	CatalogXmin uint32
 	// WALStatus is reserved, extended, unreserved or lost (13+; "" when the
 	// slot never reserved WAL).
 	WALStatus string
@@ -128,6 +133,7 @@ type slotRow struct {
 	ActivePID          *int32     `json:"active_pid"`
 	RestartLSN         *string    `json:"restart_lsn"`
 	ConfirmedFlushLSN  *string    `json:"confirmed_flush_lsn"`
+	CatalogXmin        *string    `json:"catalog_xmin"` // xid: a JSON string
 	WALStatus          *string    `json:"wal_status"`
 	SafeWALSize        *int64     `json:"safe_wal_size"`
 	TwoPhase           *bool      `json:"two_phase"`
@@ -156,6 +162,13 @@ func parseSlot(js []byte) (Slot, error) {
 	s.Plugin, s.Database, s.WALStatus = deref(r.Plugin), deref(r.Database), deref(r.WALStatus)
 	if r.ActivePID != nil {
 		s.ActivePID = *r.ActivePID
+	}
+	if r.CatalogXmin != nil {
+		x, err := strconv.ParseUint(*r.CatalogXmin, 10, 32)
+		if err != nil {
+			return Slot{}, fmt.Errorf("catalog_xmin %q: %w", *r.CatalogXmin, err)
+		}
+		s.CatalogXmin = uint32(x)
 	}
 	if s.columns["invalidation_reason"] {
 		reason := deref(r.InvalidationReason)
@@ -328,6 +341,15 @@ func (c *Conn) checkFailover(ctx context.Context, s Slot, exists bool) error {
 		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("slot %q exists and is not a failover slot", c.cfg.Slot),
 			Fix:      fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or turn slot failover off", pgx.Identifier{c.cfg.Slot}.Sanitize()),
 			Settings: []string{"slot-failover"}}
+	}
+	return nil
+}
+
+// DropSlot drops the replication slot name through q. It fails while a
+// process streams from the slot; a slot that does not exist is an error too.
+func DropSlot(ctx context.Context, q Querier, name string) error {
+	if _, err := q.queryRows(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
+		return fmt.Errorf("drop slot %s: %w", name, err)
 	}
 	return nil
 }

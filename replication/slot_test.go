@@ -60,8 +60,11 @@ func TestParseSlotEachVersion(t *testing.T) {
 			if !active.Active || active.ActivePID == 0 || idle.Active || idle.ActivePID != 0 {
 				t.Errorf("active %v pid %d, idle %v pid %d", active.Active, active.ActivePID, idle.Active, idle.ActivePID)
 			}
-			if phys.Type != "physical" || phys.Plugin != "" || phys.Database != "" || phys.RestartLSN == 0 || phys.ConfirmedFlushLSN != 0 {
+			if phys.Type != "physical" || phys.Plugin != "" || phys.Database != "" || phys.RestartLSN == 0 || phys.ConfirmedFlushLSN != 0 || phys.CatalogXmin != 0 {
 				t.Errorf("physical slot: %+v", phys)
+			}
+			if active.CatalogXmin == 0 || idle.CatalogXmin == 0 {
+				t.Errorf("logical slots' catalog_xmin: active %d, idle %d, want the xid", active.CatalogXmin, idle.CatalogXmin)
 			}
 			for name, s := range slots {
 				if s.TwoPhase == nil || *s.TwoPhase || !s.Has("two_phase") || !s.Has("wal_status") {
@@ -110,7 +113,8 @@ func TestParseSlotValues(t *testing.T) {
 	if bounded.SafeWALSize == nil || *bounded.SafeWALSize != 5<<30 || bounded.ActivePID != 4242 || bounded.Has("two_phase") || bounded.TwoPhase != nil {
 		t.Errorf("bounded slot: %+v", bounded)
 	}
-	for _, bad := range []string{`not json`, `{"slot_name": "s", "restart_lsn": "not an lsn"}`, `{"slot_name": "s", "active": "yes"}`} {
+	for _, bad := range []string{`not json`, `{"slot_name": "s", "restart_lsn": "not an lsn"}`, `{"slot_name": "s", "active": "yes"}`,
+		`{"slot_name": "s", "catalog_xmin": "not an xid"}`} {
 		if s, err := parseSlot([]byte(bad)); err == nil {
 			t.Errorf("parseSlot(%s) = %+v, want an error", bad, s)
 		}

@@ -373,12 +373,8 @@ func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) 
 	if err := dropVerdict(cfg.FromSlot, from, start, cfg.StartLSN != 0); err != nil {
 		return err
 	}
-	esc, err := conn.EscapeString(cfg.FromSlot)
-	if err != nil {
+	if err := replication.DropSlot(cctx, replication.NewQuerier(conn), cfg.FromSlot); err != nil {
 		return err
-	}
-	if _, err := conn.Exec(cctx, "SELECT pg_drop_replication_slot('"+esc+"')").ReadAll(); err != nil {
-		return fmt.Errorf("drop slot %s: %w", cfg.FromSlot, err)
 	}
 	fmt.Fprintf(out, "dropped slot %s (confirmed %s >= walrelay start %s)\n", cfg.FromSlot, from.Confirmed, start)
 	return nil
