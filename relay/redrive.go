@@ -26,10 +26,13 @@ import (
 // its outbox table is made again from the row, through DecodeRow and the
 // sink's Prepare as the relay makes it (so a changed encoding applies);
 // otherwise the stored record goes back as it is, without the dead-letter
-// headers, its payload encoded by the schema rules as the relay encodes it
-// (sink.PrepareStored). Either way it keeps its id, walrelay.lsn and walrelay.xid: it is
-// the first delivery of that event to its topic. An event that still
-// cannot go is dead-lettered again with walrelay.dlq.attempts counting the
+// headers, its payload written (JSON value, schema rules) as the relay
+// writes it (sink.PrepareStored). Either way it keeps its id, walrelay.lsn
+// and walrelay.xid: it is the first delivery of that event to its topic.
+// When the relay's record holds more of the row than a dead letter keeps
+// (envelope columns, a partition column), a stored record does not go: it
+// would not be the record the relay makes. Such an event, and one that still
+// cannot go, is dead-lettered again with walrelay.dlq.attempts counting the
 // tries, so a later redrive sees it again. Progress is kept in a consumer
 // group's committed offsets: a second redrive sends nothing the first sent.
 
@@ -451,12 +454,18 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 		return item, p.Record, nil
 	}
 	// The row is gone: the stored record, when it holds the event whole.
+	t, err := r.table(ctx, item.Table) // inspected by fromRow; nil when not configured
+	if err != nil {
+		return item, sink.Record{}, err
+	}
 	var cause error
 	switch {
 	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
 		cause = errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
 	case !refusal(item.Reason):
 		cause = fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", item.Reason)
+	default:
+		cause = t.storedLacks()
 	}
 	if r.ro.DryRun {
 		item.Outcome, item.Target = RedriveWouldSend, item.Intended
@@ -468,7 +477,9 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 	if cause == nil {
 		stored := *rec
 		stored.Topic = item.Intended
-		out, err := retryPrepare(ctx, r.opts.Logger, item.ID, func() (sink.Record, error) { return r.snk.PrepareStored(ctx, &stored, item.ID) })
+		out, err := retryPrepare(ctx, r.opts.Logger, item.ID, func() (sink.Record, error) {
+			return r.snk.PrepareStored(ctx, &stored, item.ID, t.payloadType())
+		})
 		if err == nil {
 			item.Outcome, item.Target = RedriveSent, out.Topic()
 			return item, out, nil
@@ -535,6 +546,42 @@ func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error)
 	}
 	r.tables[name] = t
 	return t, nil
+}
+
+// storedLacks says why a dead letter of table t cannot make the record the
+// relay makes of its event (nil when it can): the relay puts values of
+// columns other than the payload, aggregate id and headers into the record,
+// and a dead letter does not keep them. A nil t (a table not configured)
+// lacks nothing.
+func (t *outboxTable) storedLacks() error {
+	switch {
+	case t == nil:
+		return nil
+	case len(t.columns.Envelope) > 0:
+		cols := make([]string, len(t.columns.Envelope))
+		for i, e := range t.columns.Envelope {
+			cols[i] = e.Column
+		}
+		return fmt.Errorf("the table places columns in the record's envelope (%s) and the row is no longer in the outbox table: their values are gone",
+			strings.Join(cols, ", "))
+	case t.columns.Partition != "":
+		return fmt.Errorf("the table's partition column %s chose the record's partition and the row is no longer in the outbox table: its value is gone",
+			t.columns.Partition)
+	}
+	return nil
+}
+
+// payloadType is the type OID of t's payload column, 0 when not known.
+func (t *outboxTable) payloadType() uint32 {
+	if t == nil {
+		return 0
+	}
+	for _, c := range t.cols {
+		if c.Name == t.columns.Payload {
+			return c.Type
+		}
+	}
+	return 0
 }
 
 // refusal reports whether reason is one the sink gave (the record was

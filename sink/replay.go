@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/decoder"
 )
 
 // Records produced again from the outbox table (walrelay replay) or from the
@@ -46,13 +48,19 @@ func (r Record) Topic() string { return r.rec.Topic }
 // headers and timestamp as they are, its partition chosen from the key.
 // Headers of the dead-letter topic (HeaderDLQPrefix) are removed. The value
 // and key a dead-letter record holds are the payload and aggregate id as
-// stored: a schema rule of the event's table (HeaderDLQTable) and event
-// type encodes them as Prepare does, so the record is the one Prepare makes
-// of the event (a payload that does not fit is ErrSchemaMismatch). The
-// topic is looked up (created when missing and allowed) and the record
-// checked against its limits as Prepare does, with the same errors. id
-// names the event in errors. rec is not retained; its byte slices are.
-func (s *Sink) PrepareStored(ctx context.Context, rec *kgo.Record, id string) (Record, error) {
+// stored: they are written as Prepare writes them, so the record is the one
+// Prepare makes of the event. The value of a table of Config.JSONValues
+// (HeaderDLQTable) is made from the payload, whose column has the type
+// payloadType (an OID; 0 is JSON text), as Prepare makes it for an event
+// without envelope columns (ErrEnvelopeValue when it cannot be written); a
+// schema rule of the table and event type then encodes it (a payload that
+// does not fit is ErrSchemaMismatch). A dead letter keeps neither the
+// values of the envelope's columns nor an explicit partition: the caller
+// must not make a record of a table that has them this way. The topic is
+// looked up (created when missing and allowed) and the record checked
+// against its limits as Prepare does, with the same errors. id names the
+// event in errors. rec is not retained; its byte slices are.
+func (s *Sink) PrepareStored(ctx context.Context, rec *kgo.Record, id string, payloadType uint32) (Record, error) {
 	out := &kgo.Record{Topic: rec.Topic, Partition: noPartition, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
 	for _, h := range rec.Headers {
 		if !strings.HasPrefix(h.Key, HeaderDLQPrefix) {
@@ -69,7 +77,11 @@ func (s *Sink) PrepareStored(ctx context.Context, rec *kgo.Record, id string) (R
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.encodeSchema(ctx, headerValue(rec.Headers, HeaderDLQTable), headerValue(rec.Headers, HeaderEventType), out); err != nil {
+	table := headerValue(rec.Headers, HeaderDLQTable)
+	if err := s.encodeJSONValue(&decoder.Event{Table: table, Payload: rec.Value, PayloadType: payloadType}, out); err != nil {
+		return fail(err)
+	}
+	if err := s.encodeSchema(ctx, table, headerValue(rec.Headers, HeaderEventType), out); err != nil {
 		return fail(err)
 	}
 	if err := s.checkSize(ctx, m, out); err != nil {

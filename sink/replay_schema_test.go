@@ -44,14 +44,14 @@ func TestPrepareStoredEncodesWithSchema(t *testing.T) {
 		dead[headerMap(d.Headers)[sink.HeaderID]] = d
 	}
 
-	r, err = s.PrepareStored(ctx, dead[ev.ID], ev.ID)
+	r, err = s.PrepareStored(ctx, dead[ev.ID], ev.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PrepareStored(ctx, dead[bad.ID], bad.ID); !errors.Is(err, sink.ErrSchemaMismatch) {
+	if _, err := s.PrepareStored(ctx, dead[bad.ID], bad.ID, 0); !errors.Is(err, sink.ErrSchemaMismatch) {
 		t.Errorf("a stored payload that does not fit: %v, want ErrSchemaMismatch", err)
 	}
-	ro, err := s.PrepareStored(ctx, dead[other.ID], other.ID)
+	ro, err := s.PrepareStored(ctx, dead[other.ID], other.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -102,7 +103,7 @@ func TestPrepareStored(t *testing.T) {
 	stored := &kgo.Record{Topic: "stored.order", Partition: 3, Key: []byte("o-1"), Value: []byte(`{"a":1}`), Timestamp: ts,
 		Headers: []kgo.RecordHeader{{Key: "id", Value: []byte("e1")}, {Key: sink.HeaderDLQReason, Value: []byte("topic_refused")},
 			{Key: "traceparent", Value: []byte("t")}, {Key: sink.HeaderDLQTopic, Value: []byte("stored.order")}}}
-	r, err := s.PrepareStored(ctx, stored, "e1")
+	r, err := s.PrepareStored(ctx, stored, "e1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +122,71 @@ func TestPrepareStored(t *testing.T) {
 	}
 	big := *stored
 	big.Value = make([]byte, 2<<20) // above the topic's max.message.bytes (1 MiB)
-	if _, err := s.PrepareStored(ctx, &big, "e2"); !errors.Is(err, sink.ErrTooLarge) {
+	if _, err := s.PrepareStored(ctx, &big, "e2", 0); !errors.Is(err, sink.ErrTooLarge) {
 		t.Errorf("too large: %v, want ErrTooLarge", err)
 	}
 	bad := *stored
 	bad.Topic = "bad topic"
-	if _, err := s.PrepareStored(ctx, &bad, "e3"); !errors.Is(err, sink.ErrInvalidTopic) {
+	if _, err := s.PrepareStored(ctx, &bad, "e3", 0); !errors.Is(err, sink.ErrInvalidTopic) {
 		t.Errorf("invalid topic: %v, want ErrInvalidTopic", err)
+	}
+}
+
+// TestPrepareStoredJSONValue: a table of Config.JSONValues without envelope
+// columns gets the value Prepare writes (the JSON payload expanded, bytea as
+// base64, text as a JSON string, NULL a tombstone) from the payload its
+// dead-letter record stored and the payload column's type.
+func TestPrepareStoredJSONValue(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "stored.{aggregate_type}",
+		JSONValues: map[string]sink.JSONValue{"public.outbox": {ExpandPayload: true}}})
+	ctx := testCtx(t)
+	var evs []*decoder.Event
+	var ids, sent []string
+	types := map[string]uint32{}
+	for i, p := range []struct {
+		typ     uint32
+		payload []byte
+	}{{3802, []byte(`{"a": 1, "gone": null}`)}, {17, []byte{0, 1, 0xfe}}, {25, []byte("not json")}, {3802, nil}} {
+		ev := event(i, "order", "o-1")
+		ev.Payload, ev.PayloadType = p.payload, p.typ
+		evs, ids, sent, types[ev.ID] = append(evs, ev), append(ids, ev.ID), append(sent, ev.ID, "dead "+ev.ID), p.typ
+	}
+	a := newAcks(2 * len(evs))
+	for _, ev := range evs {
+		r, err := s.Prepare(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(ctx, r, a.done(ev.ID))
+		if err := s.ProduceDeadLetter(ctx, ev, "stored.order", "topic_refused", errors.New("refused"), a.done("dead "+ev.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allOK(t, a.wait(t, 2*len(evs)), sent)
+	a = newAcks(len(evs))
+	for _, d := range consume(t, c, sink.DefaultDLQTopic, len(evs)) {
+		d.Topic = headerMap(d.Headers)[sink.HeaderDLQTopic]
+		id := headerMap(d.Headers)[sink.HeaderID]
+		r, err := s.PrepareStored(ctx, d, id, types[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(ctx, r, a.done(id))
+	}
+	allOK(t, a.wait(t, len(evs)), ids)
+	byID := map[string][]*kgo.Record{}
+	for _, rec := range consume(t, c, "stored.order", 2*len(evs)) {
+		id := headerMap(rec.Headers)[sink.HeaderID]
+		byID[id] = append(byID[id], rec)
+	}
+	for _, ev := range evs {
+		got := byID[ev.ID]
+		if len(got) != 2 || string(got[0].Value) != string(got[1].Value) || (got[0].Value == nil) != (got[1].Value == nil) {
+			for _, rec := range got {
+				t.Logf("record of %s: value %q", ev.ID, rec.Value)
+			}
+			t.Errorf("payload %q of type %d: the record made from its dead letter differs from Prepare's", ev.Payload, ev.PayloadType)
+		}
 	}
 }
