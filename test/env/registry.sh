@@ -220,6 +220,8 @@ cmd_start() {
 	write_config
 	register schema-registry
 	log "starting Apicurio Registry $APICURIO_VERSION on $URL (management :$MGMT_PORT, $java)"
+	local mark=0
+	if [ -f "$STATE/registry.out" ]; then mark="$(wc -l <"$STATE/registry.out")"; fi
 	(
 		cd "$STATE"
 		read -r -a heap <<<"${WALRELAY_TEST_SCHEMA_REGISTRY_HEAP:--Xms64m -Xmx384m}"
@@ -233,7 +235,9 @@ cmd_start() {
 	pid=$!
 	printf '%s\n' "$pid" >"$PIDFILE"
 	deadline=$((SECONDS + START_TIMEOUT))
-	until answers; do
+	# Ready when the registry answers and it is this process that listens: another suite's
+	# registry that took the port meanwhile answers too, while this one dies on the bind.
+	until answers && pid_alive "$pid" && tail -n "+$((mark + 1))" "$STATE/registry.out" | grep -q "Listening on: $BASE\."; do
 		if ! pid_alive "$pid"; then
 			tail -n 40 "$STATE/registry.out" >&2 2>/dev/null || true
 			die "registry exited during startup (log: $STATE/registry.out)"
