@@ -64,6 +64,10 @@ func printRedriveItem(c *call, dryRun bool, it relay.RedriveItem) {
 		from = "from its row in " + it.Table
 	}
 	if dryRun {
+		if it.Cause != nil {
+			fmt.Fprintf(c.stdout, "%d/%d id %s reason %s: would go to %s again, %s: %v\n", it.Partition, it.Offset, it.ID, it.Reason, it.Target, from, it.Cause)
+			return
+		}
 		fmt.Fprintf(c.stdout, "%d/%d id %s reason %s: would go to %s, %s\n", it.Partition, it.Offset, it.ID, it.Reason, it.Target, from)
 		return
 	}
