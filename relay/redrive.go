@@ -458,15 +458,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 	if err != nil {
 		return item, sink.Record{}, err
 	}
-	var cause error
-	switch {
-	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
-		cause = errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
-	case !refusal(item.Reason):
-		cause = fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", item.Reason)
-	default:
-		cause = t.storedLacks()
-	}
+	cause := storedCause(rec, item.Reason, t)
 	if r.ro.DryRun {
 		item.Outcome, item.Target = RedriveWouldSend, item.Intended
 		if cause != nil {
@@ -553,6 +545,22 @@ func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error)
 // columns other than the payload, aggregate id and headers into the record,
 // and a dead letter does not keep them. A nil t (a table not configured)
 // lacks nothing.
+// storedCause says why the stored dead letter rec (reason) of a row that is
+// gone cannot go to its topic as it is, nil when it can: only a refusal of
+// Kafka's, of a record whose stored form holds everything run put in it.
+// unsupported_value is a refusal when the sink could not write an envelope
+// value, but the decoder's too (a value it cannot read): either way a value
+// was the problem, and the row that could be fixed is gone.
+func storedCause(rec *kgo.Record, reason string, t *outboxTable) error {
+	switch {
+	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
+		return errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
+	case !refusal(reason) || reason == string(ReasonUnsupportedValue):
+		return fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", reason)
+	}
+	return t.storedLacks()
+}
+
 func (t *outboxTable) storedLacks() error {
 	switch {
 	case t == nil:
