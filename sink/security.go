@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
 // TLSConfig secures the connections to the brokers. The zero value is
@@ -225,27 +227,16 @@ func buildTLS(c TLSConfig) (*tls.Config, error) {
 	if !c.enabled() {
 		return nil, nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in, warned about
-	if c.CAFile != "" {
-		b, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, settingErr("tls-ca-file", "read CA file: %w", err)
+	tc, err := tlsfiles.Client(tlsfiles.Files{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile,
+		ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify})
+	var fe *tlsfiles.Error
+	if errors.As(err, &fe) {
+		if fe.CA {
+			return nil, settingErr("tls-ca-file", "%w", fe.Err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, settingErr("tls-ca-file", "%s holds no PEM certificate", c.CAFile)
-		}
-		tc.RootCAs = pool
+		return nil, settingErr("tls-cert-file", "%w", fe.Err)
 	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			// crypto/tls names neither file nor key material in its errors.
-			return nil, settingErr("tls-cert-file", "load client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return tc, err
 }
 
 // buildSASL returns the SASL mechanism, nil when SASL is off.

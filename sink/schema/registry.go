@@ -3,7 +3,6 @@ package schema
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
 // client is franz-go's registry client with walrelay's time limit and error
@@ -95,26 +96,16 @@ func buildTLS(c TLSConfig) (*tls.Config, error) {
 	if c == (TLSConfig{}) {
 		return nil, nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in, warned about
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, settingErr("schema-registry-tls-ca-file", "read CA file: %w", err)
+	tc, err := tlsfiles.Client(tlsfiles.Files{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile,
+		ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify})
+	var fe *tlsfiles.Error
+	if errors.As(err, &fe) {
+		if fe.CA {
+			return nil, settingErr("schema-registry-tls-ca-file", "%w", fe.Err)
 		}
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, settingErr("schema-registry-tls-ca-file", "no PEM certificate in %s", c.CAFile)
-		}
-		tc.RootCAs = roots
+		return nil, settingErr("schema-registry-tls-cert-file", "%w", fe.Err)
 	}
-	if c.CertFile != "" {
-		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, settingErr("schema-registry-tls-cert-file", "load client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
-	return tc, nil
+	return tc, err
 }
 
 // call runs fn with the request time limit, sorting its error for op.
