@@ -577,10 +577,7 @@ func (fw *faultWriter) eventCount() int {
 func faultVerify(t *testing.T, s *scenario, fw *faultWriter) *result {
 	t.Helper()
 	w := fw.workload
-	w.mu.Lock()
-	committed := slices.Clone(w.committed)
-	rolledBack := maps.Clone(w.rolledBack)
-	w.mu.Unlock()
+	committed, rolledBack := w.snapshot()
 	rows := readOutbox(t, fw.dsn, s.table)
 	for id, r := range readOutbox(t, fw.dsn, fw.shadow) {
 		rows[id] = r

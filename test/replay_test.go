@@ -319,9 +319,7 @@ func TestReplayKill9Resume(t *testing.T) {
 		seen[header(r, "id")]++
 		ids[header(r, hdrReplay)] = true
 	}
-	w.mu.Lock()
-	committed := slices.Clone(w.committed)
-	w.mu.Unlock()
+	committed, _ := w.snapshot()
 	missing, dup := 0, 0
 	for _, ev := range committed {
 		if seen[ev.ID] == 0 {
@@ -450,10 +448,7 @@ func querySlotExists(t *testing.T, dsn, slot string) bool {
 func recoveryVerify(t *testing.T, s *scenario, fw *faultWriter) *result {
 	t.Helper()
 	w := fw.workload
-	w.mu.Lock()
-	committed := slices.Clone(w.committed)
-	rolledBack := maps.Clone(w.rolledBack)
-	w.mu.Unlock()
+	committed, rolledBack := w.snapshot()
 	res := &result{committed: len(committed)}
 	byID := map[string]bool{}
 	for _, ev := range committed {
@@ -521,16 +516,7 @@ func TestDLQRedrive(t *testing.T) {
 		t.Fatalf("%d dead letters (reason %q), want %d topic_refused", len(dead), header(dead[0], "walrelay.dlq.reason"), len(ids))
 	}
 	// The cause goes: the colliding topic is deleted and the right one made.
-	if _, err := adm.DeleteTopics(ctx, colliding); err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 30*time.Second, "the colliding topic's deletion", func() bool {
-		td, err := adm.ListTopics(ctx)
-		return err == nil && !td.Has(colliding)
-	})
-	if _, err := adm.CreateTopic(ctx, 3, -1, nil, target); err != nil {
-		t.Fatal(err)
-	}
+	replaceTopic(ctx, t, adm, colliding, target)
 	pgExec(t, env.pgDSN, "DELETE FROM "+faultQuote(s.table)+" WHERE id = $1", ids[0]) // this one from the stored record
 
 	code, out, _ := s.cmdRun(time.Minute, s.commonArgs("dlq", "redrive", "--dlq-topic", dlq, "--dry-run")...)
@@ -611,5 +597,22 @@ func TestPruneKeepsUnconfirmed(t *testing.T) {
 	code, out, _ = s.cmdRun(time.Minute, append(pruneArgs, "--force")...)
 	if code != 0 || !strings.Contains(out, "pruned 4 rows") {
 		t.Fatalf("prune --force: exit %d; want the 4 kept rows pruned", code)
+	}
+}
+
+// replaceTopic deletes the topic colliding (whose name collides with
+// target's for Kafka), waits until it is gone and creates target with 3
+// partitions: the cause of topic_refused dead letters goes.
+func replaceTopic(ctx context.Context, t *testing.T, adm *kadm.Client, colliding, target string) {
+	t.Helper()
+	if _, err := adm.DeleteTopics(ctx, colliding); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the colliding topic's deletion", func() bool {
+		td, err := adm.ListTopics(ctx)
+		return err == nil && !td.Has(colliding)
+	})
+	if _, err := adm.CreateTopic(ctx, 3, -1, nil, target); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -237,16 +237,7 @@ schema_rules:
 	// The refusal's cause goes: the colliding topic is deleted and the right
 	// one made. One refused row is deleted meanwhile: it goes from the stored
 	// record.
-	if _, err := adm.DeleteTopics(ctx, colliding); err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 30*time.Second, "the colliding topic's deletion", func() bool {
-		td, err := adm.ListTopics(ctx)
-		return err == nil && !td.Has(colliding)
-	})
-	if _, err := adm.CreateTopic(ctx, 3, -1, nil, target); err != nil {
-		t.Fatal(err)
-	}
+	replaceTopic(ctx, t, adm, colliding, target)
 	gone := refused[1]
 	pgExec(t, env.pgDSN, "DELETE FROM "+faultQuote(s.table)+" WHERE id = $1", gone.id)
 	code, out, _ := s.cmdRun(2*time.Minute, append(s.commonArgs("dlq", "redrive"), schemaArgs...)...)

@@ -263,10 +263,7 @@ func (r *result) summary(scenario string, extra ...string) string {
 // outbox table. It logs the first problems; the caller logs the summary and asserts.
 func verify(t *testing.T, s *scenario, w *workload) *result {
 	t.Helper()
-	w.mu.Lock()
-	committed := slices.Clone(w.committed)
-	rolledBack := maps.Clone(w.rolledBack)
-	w.mu.Unlock()
+	committed, rolledBack := w.snapshot()
 	rows := readOutbox(t, s.env.pgDSN, s.table)
 
 	byID := map[string]*eventRec{}

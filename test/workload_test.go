@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +65,13 @@ type workload struct {
 	txns       []*txnRec
 	committed  []*eventRec
 	rolledBack map[string]*eventRec
+}
+
+// snapshot returns copies of the events committed and rolled back so far.
+func (w *workload) snapshot() (committed []*eventRec, rolledBack map[string]*eventRec) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.committed), maps.Clone(w.rolledBack)
 }
 
 var aggregateTypes = []string{"order", "customer", "invoice"}
