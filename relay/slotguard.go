@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -30,7 +32,9 @@ func checkSlotHistory(ctx context.Context, opts Options, snk *sink.Sink) error {
 	if x == nil || opts.Replication.NoCreateSlot || opts.AcceptSlotLoss {
 		return nil
 	}
-	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay")
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := replication.OpenPgx(cctx, opts.Replication.DSN, "walrelay", opts.Replication.PasswordSource)
+	cancel()
 	if err != nil {
 		return nil // replication.Open reports an unreachable server with its fix
 	}

@@ -70,7 +70,7 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if pc.RuntimeParams["application_name"] == "" {
 		pc.RuntimeParams["application_name"] = "walrelay"
 	}
-	conn, err := pgconn.ConnectConfig(ctx, pc)
+	conn, err := ConnectConfig(ctx, pc, cfg.PasswordSource)
 	if err != nil {
 		return nil, ExplainConnect(err, pc, true)
 	}
@@ -135,14 +135,14 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	return &PrereqError{Check: "connect", Problem: err.Error(), Fix: fix, Settings: settings, Err: err}
 }
 
-// Connect opens an ordinary (not replication) connection to dsn, with
-// failures explained as ExplainConnect does.
-func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+// Connect opens an ordinary (not replication) connection to dsn with src's
+// password (nil: the DSN's), with failures explained as ExplainConnect does.
+func Connect(ctx context.Context, dsn string, src PasswordSource) (*pgconn.PgConn, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
 	}
-	conn, err := pgconn.ConnectConfig(ctx, pc)
+	conn, err := ConnectConfig(ctx, pc, src)
 	if err != nil {
 		return nil, ExplainConnect(err, pc, false)
 	}

@@ -183,7 +183,7 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		for _, w := range warnings {
 			out = append(out, Finding{Check: "slot-failover", Note: w})
 		}
-		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot)
+		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot, cfg.PasswordSource)
 		if err != nil {
 			return out, err
 		}

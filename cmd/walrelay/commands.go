@@ -77,7 +77,7 @@ func settingError(err error) (error, bool) {
 
 // migrateCommand is `walrelay migrate`.
 func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int {
-	return c.result("migrate failed", migrate(ctx, cfg.PostgresDSN, cfg.Table, cfg.Partitioned, c.log))
+	return c.result("migrate failed", migrate(ctx, cfg.PostgresDSN, cfg.PasswordSource(), cfg.Table, cfg.Partitioned, c.log))
 }
 
 // statusCommand is `walrelay status`.
@@ -92,8 +92,9 @@ func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
 
 // migrate applies the default migrations to table; with partitioned, the
 // partitioned outbox (daily partitions) is created first, so the default
-// table definition then finds it in place.
-func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog.Logger) error {
+// table definition then finds it in place. src supplies the password (nil:
+// the DSN's).
+func migrate(ctx context.Context, dsn string, src replication.PasswordSource, table string, partitioned bool, log *slog.Logger) error {
 	tn, err := replication.ParseTable(table)
 	if err != nil {
 		return &config.Error{Key: "table", Err: err}
@@ -115,7 +116,7 @@ func migrate(ctx context.Context, dsn, table string, partitioned bool, log *slog
 	if err != nil {
 		return &config.Error{Key: "postgres-dsn", Err: err}
 	}
-	conn, err := pgconn.ConnectConfig(cctx, pc)
+	conn, err := replication.ConnectConfig(cctx, pc, src)
 	if err != nil {
 		return replication.ExplainConnect(err, pc, false)
 	}
@@ -175,7 +176,7 @@ func migrateError(ctx context.Context, conn *pgconn.PgConn, schema string, err e
 func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
 	if err != nil {
 		return err
 	}

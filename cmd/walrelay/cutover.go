@@ -256,7 +256,7 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 // walrelay's publication and slot (and writes the nudge message).
 func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
 	cancel()
 	if err != nil {
 		return err
@@ -350,7 +350,7 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func confirmPast(t *testing.T, pg *pgtest.Conn, slot, passedSQL string, want int
 // last delivered event, then keeps the rows after it less the margin.
 func TestPruneGuard(t *testing.T) {
 	dsn, pg := testDatabase(t)
-	if err := migrate(context.Background(), dsn, "public.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := migrate(context.Background(), dsn, nil, "public.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(n int, age string) {

@@ -91,7 +91,7 @@ func TestPruneUsage(t *testing.T) {
 func TestPrunePlain(t *testing.T) {
 	dsn, pg := testDatabase(t)
 	pg.Exec("CREATE SCHEMA h5_prune")
-	if err := migrate(context.Background(), dsn, "h5_prune.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := migrate(context.Background(), dsn, nil, "h5_prune.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(n int, age string) {

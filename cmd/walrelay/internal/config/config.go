@@ -503,6 +503,7 @@ func (c Config) Replication() replication.Config {
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
 		SlotFailover:        c.SlotFailover,
+		PasswordSource:      c.PasswordSource(),
 	}
 }
 

@@ -106,5 +106,5 @@ func (c CutoverConfig) Validate() error {
 // Replication is the replication configuration of walrelay's slot.
 func (c CutoverConfig) Replication() replication.Config {
 	return replication.Config{DSN: c.PostgresDSN, Slot: c.Slot, Publication: c.Publication, Tables: c.Tables,
-		NoCreatePublication: !c.CreatePublication}
+		NoCreatePublication: !c.CreatePublication, PasswordSource: c.PasswordSource()}
 }
