@@ -249,9 +249,12 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		if k, ok := any(f).(interface{ SettingKeys() []string }); ok {
 			note = config.WithSettings(note, k.SettingKeys())
 		}
-		if f.OK {
+		switch {
+		case f.OK:
 			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, note)
-		} else {
+		case f.Warn:
+			fmt.Fprintf(w, "WARN %-11s %s\n", f.Check, note)
+		default:
 			failed = true
 			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}
