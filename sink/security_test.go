@@ -242,7 +242,9 @@ func TestBuildSASLMechanisms(t *testing.T) {
 	if m, err := buildSASL(SASLConfig{}); m != nil || err != nil {
 		t.Errorf("no mechanism: got %v, %v; want nil, nil", m, err)
 	}
-	failing := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{}, errors.New("no EC2 IMDS role found") })
+	failing := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("no EC2 IMDS role found")
+	})
 	m, err := buildSASL(SASLConfig{Mechanism: "AWS_MSK_IAM", AWSCredentials: failing})
 	if err != nil {
 		t.Fatal(err)
