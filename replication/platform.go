@@ -160,11 +160,11 @@ func (f serverFacts) checkWALLevel() error {
 	case PlatformAurora:
 		fix = "set rds.logical_replication = 1 in the cluster's custom DB cluster parameter group and reboot the writer instance (wal_level becomes logical)"
 	case PlatformCloudSQL:
-		fix = "set the database flag cloudsql.logical_decoding to on (gcloud sql instances patch INSTANCE --database-flags=cloudsql.logical_decoding=on; the instance restarts)"
+		fix = "set the database flag cloudsql.logical_decoding to on (the instance's Flags in the console, or gcloud sql instances patch); the instance restarts"
 	case PlatformAlloyDB:
 		fix = "set the database flag alloydb.logical_decoding to on on the primary instance (it restarts)"
 	case PlatformAzure:
-		fix = "set the server parameter wal_level to logical (az postgres flexible-server parameter set --name wal_level --value logical) and restart the server"
+		fix = "set the server parameter wal_level to logical (Server parameters in the portal, or az postgres flexible-server parameter set) and restart the server"
 	case PlatformNeon:
 		fix = "enable logical replication in the Neon project's settings (Settings, Logical Replication); it restarts the computes and cannot be turned off"
 	}
@@ -207,7 +207,7 @@ func (f serverFacts) platformNote(version int) (note string, warn bool) {
 	note = fmt.Sprintf("%s (recognised by %s)", p, f.evidence())
 	switch p {
 	case PlatformNeon:
-		return note + ": Neon removes a replication slot that stays inactive for about 40 hours, and restoring a branch removes its slots; keep walrelay running (a compute with walrelay connected does not scale to zero), and after a loss recover with walrelay replay --since-last-delivered", true
+		return note + ": Neon removes a replication slot that stays inactive for about 40 hours, and restoring a branch removes its slots; keep walrelay running (a compute with walrelay connected does not scale to zero); after a loss, replay from the last delivered event (walrelay replay, see docs/managed-services.md)", true
 	case PlatformAzure:
 		if version < 170000 && !strings.Contains(f.Settings["azure.extensions"]+","+f.Settings["shared_preload_libraries"], "pg_failover_slots") {
 			return note + ": before Postgres 17 a high-availability failover loses walrelay's slot unless the pg_failover_slots extension is loaded (server parameters shared_preload_libraries and azure.extensions)", true

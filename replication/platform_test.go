@@ -47,7 +47,7 @@ func TestPlatformPrivilege(t *testing.T) {
 			platform: PlatformAurora, walFix: "DB cluster parameter group and reboot the writer", privFix: `GRANT rds_replication TO "relay";`},
 		{name: "Cloud SQL", facts: serverFacts{WALLevel: "replica", User: "relay",
 			Settings: map[string]string{"cloudsql.logical_decoding": "off", "cloudsql.iam_authentication": "on"}, Roles: map[string]bool{"cloudsqlsuperuser": true}},
-			platform: PlatformCloudSQL, walFix: "cloudsql.logical_decoding=on", privFix: `ALTER USER "relay" WITH REPLICATION; as a member of cloudsqlsuperuser`},
+			platform: PlatformCloudSQL, walFix: "cloudsql.logical_decoding to on", privFix: `ALTER USER "relay" WITH REPLICATION; as a member of cloudsqlsuperuser`},
 		{name: "AlloyDB", facts: serverFacts{WALLevel: "replica", User: "relay",
 			Settings: map[string]string{"alloydb.logical_decoding": "off", "alloydb.iam_authentication": "on"}, Roles: map[string]bool{"alloydbsuperuser": true}},
 			platform: PlatformAlloyDB, walFix: "alloydb.logical_decoding to on", privFix: "as a member of alloydbsuperuser"},
