@@ -59,12 +59,22 @@ type serverFacts struct {
 	Aurora bool
 }
 
+// markerSettings are settings of the platforms read by name as well:
+// pg_settings leaves out custom settings no loaded module defines (what a
+// stand-in for a platform sets), though the platforms' own show there.
+const markerSettings = `'rds.logical_replication', 'rds.extensions', 'cloudsql.logical_decoding', 'cloudsql.iam_authentication',
+	'alloydb.logical_decoding', 'alloydb.iam_authentication', 'azure.extensions', 'neon.timeline_id', 'neon.tenant_id'`
+
 // factsSQL reads serverFacts in one statement (simple protocol: it also runs
 // on a replication connection).
 const factsSQL = `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication,
        coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = 'rds_replication'), false),
-       coalesce((SELECT string_agg(name || '=' || setting, E'\n' ORDER BY name) FROM pg_settings
-                  WHERE name ~ '^(rds|cloudsql|alloydb|azure|neon)\.' OR name = 'shared_preload_libraries'), ''),
+       coalesce((SELECT string_agg(name || '=' || setting, E'\n' ORDER BY name) FROM (
+                   SELECT name, setting FROM pg_settings
+                    WHERE name ~ '^(rds|cloudsql|alloydb|azure|neon)\.' OR name = 'shared_preload_libraries'
+                   UNION
+                   SELECT n, current_setting(n, true) FROM unnest(ARRAY[` + markerSettings + `]) n
+                    WHERE current_setting(n, true) IS NOT NULL) s), ''),
        coalesce((SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles
                   WHERE rolname IN ('rds_superuser', 'rds_replication', 'cloudsqlsuperuser', 'alloydbsuperuser',
                                     'azure_pg_admin', 'neon_superuser', 'supabase_admin')), ''),
