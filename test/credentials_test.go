@@ -134,12 +134,12 @@ func (r *rotatingPassword) passwords() []string {
 	return slices.Clone(r.handed)
 }
 
-// withDSN replaces the value of --postgres-dsn in args.
-func withDSN(args []string, dsn string) []string {
+// withFlag replaces the value of flag in args (a scenario's runArgs).
+func withFlag(args []string, flag, value string) []string {
 	out := slices.Clone(args)
 	for i := range out[:len(out)-1] {
-		if out[i] == "--postgres-dsn" {
-			out[i+1] = dsn
+		if out[i] == flag {
+			out[i+1] = value
 		}
 	}
 	return out
@@ -177,8 +177,8 @@ func TestRotatingPostgresPassword(t *testing.T) {
 			cancel()
 
 			tok := newRotatingPassword(t, env, role)
-			args := withDSN(s.runArgs(append([]string{"--postgres-password-file", tok.path, "--status-interval", "100ms",
-				"--slot-metrics-interval", "1s", "--heartbeat-interval", "1s"}, mode.flags...)...), dsn)
+			args := withFlag(s.runArgs(append([]string{"--postgres-password-file", tok.path, "--status-interval", "100ms",
+				"--slot-metrics-interval", "1s", "--heartbeat-interval", "1s"}, mode.flags...)...), "--postgres-dsn", dsn)
 			p := s.startArgsReady(args...)
 			w := newWorkload(t, env, s.table, 10, newRandFrom(rng))
 			stop := w.runContinuous(continuousOpts{maxEvents: 5, rollbackPct: 10, maxPause: 20 * time.Millisecond})

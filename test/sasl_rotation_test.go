@@ -110,8 +110,8 @@ func TestSASLCredentialRotation(t *testing.T) {
 	setPassword()
 	opens := watchOpens(t, dir, "password")
 
-	p := s.startArgsReady(s.runArgs("--kafka-brokers", k.saslSSL, "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", user,
-		"--sasl-password-file", pwFile, "--kafka-tls-ca-file", k.file("ca.pem"), "--heartbeat-interval", "1s")...)
+	p := s.startArgsReady(withFlag(s.runArgs("--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", user,
+		"--sasl-password-file", pwFile, "--kafka-tls-ca-file", k.file("ca.pem"), "--heartbeat-interval", "1s"), "--kafka-brokers", k.saslSSL)...)
 	w := newWorkload(t, env, s.table, 10, newRandFrom(rng))
 	stop := w.runContinuous(continuousOpts{maxEvents: 5, rollbackPct: 10, maxPause: 50 * time.Millisecond})
 	const rotations = 8
