@@ -137,7 +137,7 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 	}
 	c, err := connect(ctx, cfg)
 	if err != nil {
-		return pooler, err
+		return nil, err // names a pooler itself (connect)
 	}
 	defer c.conn.Close(context.Background())
 	cfg = c.cfg

@@ -104,8 +104,8 @@ func TestManagedPlatformStandIns(t *testing.T) {
 		u.Host = "127.0.0.1:6543"
 		dsn := u.String()
 		code, out := doctor(t, dsn)
-		if code == 0 || line(out, "FAIL", []string{"pooler", "port 6543", "replication"}) == "" {
-			t.Errorf("doctor: exit %d, want a FAIL pooler line", code)
+		if code == 0 || line(out, "FAIL", []string{"port 6543", "pooler", "replication connection"}) == "" {
+			t.Errorf("doctor: exit %d, want a FAIL line naming the pooler port", code)
 		}
 	})
 }
