@@ -2,10 +2,11 @@ package relay
 
 import (
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/retry"
 )
 
 // Reconnect waits.
@@ -51,11 +52,11 @@ func (b *backoff) sessionEnded(streamed bool, lasted time.Duration, now time.Tim
 // ended the session, or the last attempt's failure).
 func (b *backoff) next(err error, now time.Time) time.Duration {
 	if !b.lostAt.IsZero() && now.Sub(b.lostAt) < failoverWindow && connectFailed(err) {
-		return jitter(failoverRetry)
+		return retry.Jitter(failoverRetry)
 	}
 	w := b.exp
 	b.exp = min(2*b.exp, backoffMax)
-	return jitter(w)
+	return retry.Jitter(w)
 }
 
 // connectFailed reports whether err is a failure to connect at all (refused,
@@ -65,12 +66,4 @@ func (b *backoff) next(err error, now time.Time) time.Duration {
 func connectFailed(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
-}
-
-// jitter spreads d over [0.8d, 1.2d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return d
-	}
-	return d*4/5 + rand.N(d*2/5)
 }

@@ -68,13 +68,34 @@ func poisonReason(poison error) DeadLetterReason {
 	return ReasonUndecodable
 }
 
-// refusalReason is the reason of the sink's refusal err, if it is one that
+// RefusalReason is the reason of the sink's refusal err, if it is one that
 // dead-letters the event.
-func refusalReason(err error) (DeadLetterReason, bool) {
+func RefusalReason(err error) (DeadLetterReason, bool) {
 	for _, r := range deadLetterReasons {
 		if r.refusal != nil && errors.Is(err, r.refusal) {
 			return r.reason, true
 		}
 	}
 	return "", false
+}
+
+// DeadLetterReasons returns every dead-letter reason, in the order the
+// pipeline checks them (what RedriveOptions.Reasons may hold).
+func DeadLetterReasons() []DeadLetterReason {
+	out := make([]DeadLetterReason, len(deadLetterReasons))
+	for i, r := range deadLetterReasons {
+		out[i] = r.reason
+	}
+	return out
+}
+
+// IsRefusal reports whether reason is one the sink gave (the record was
+// fine, Kafka would not take it) rather than a problem of its values.
+func IsRefusal(reason string) bool {
+	for _, d := range deadLetterReasons {
+		if string(d.reason) == reason {
+			return d.refusal != nil
+		}
+	}
+	return false
 }

@@ -26,8 +26,8 @@ func TestDeadLetterReasonOf(t *testing.T) {
 		{&decoder.Event{Poison: fmt.Errorf("something else"), AggregateID: []byte("a")}, ReasonUndecodable},
 		{&decoder.Event{}, ReasonEmptyAggregateID},
 	} {
-		if got, _ := poisonOf(tc.ev); got != tc.want {
-			t.Errorf("poisonOf(%v) = %q, want %q", tc.ev.Poison, got, tc.want)
+		if got, _ := PoisonOf(tc.ev); got != tc.want {
+			t.Errorf("PoisonOf(%v) = %q, want %q", tc.ev.Poison, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
@@ -41,11 +41,11 @@ func TestDeadLetterReasonOf(t *testing.T) {
 		{sink.ErrSchemaMismatch, ReasonSchemaMismatch},
 	} {
 		err := &sink.ProduceError{Topic: "t", Err: tc.err}
-		if got, ok := refusalReason(err); !ok || got != tc.want {
-			t.Errorf("refusalReason(%v) = %q, %v; want %q", err, got, ok, tc.want)
+		if got, ok := RefusalReason(err); !ok || got != tc.want {
+			t.Errorf("RefusalReason(%v) = %q, %v; want %q", err, got, ok, tc.want)
 		}
 	}
-	if _, ok := refusalReason(&sink.ProduceError{Topic: "t", Err: sink.ErrTopicNotAuthorized}); ok {
+	if _, ok := RefusalReason(&sink.ProduceError{Topic: "t", Err: sink.ErrTopicNotAuthorized}); ok {
 		t.Error("an unauthorized topic dead-letters its events; it must stop walrelay")
 	}
 }

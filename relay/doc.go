@@ -8,17 +8,11 @@
 // HTTP endpoints. It imports the stages only; the command's configuration
 // (cmd/walrelay/internal/config) maps the settings to Options.
 //
-// Beside Run, the runs that use the same stages on the outbox table's rows
-// and on what Kafka holds (replay.go, recover.go, redrive.go,
-// retention.go): Replay re-publishes kept rows (each row through the
-// decoder's DecodeRow and the sink's Prepare, as the relay sends its
-// INSERT); PlanRecovery and LastDelivered find where a lost slot left off;
-// Redrive sends dead-lettered events to their topics; PruneGuard and
-// ReadOutboxSpan keep the rows a replay may need in view.
+// The operator's tools (replay, recovery, redrive, prune, cutover) are the
+// sibling package operator.
 //
-// Options, Run, Replay, Redrive, the recovery and retention functions, the
-// exported errors and DeadLetterReason are the embedding API; the rest is
-// internal.
+// Options, Run, the exported errors and DeadLetterReason are the embedding
+// API; the rest is internal.
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and
@@ -38,13 +32,6 @@
 //   - exactly-once: a Kafka transaction holding a failed record is never
 //     committed, and a checkpoint never skips what another WAL history
 //     wrote (eos.go);
-//   - a replay never touches the slot, never skips a selected row (its
-//     resume token is the acknowledged prefix of the rows it sent), and in
-//     exactly-once mode never fences the relay's producer (a transactional
-//     id of its own);
-//   - a redrive remembers what it sent only once Kafka acknowledged it, and
-//     a prune guard lets a row go only once the slot confirmed past its
-//     transaction;
 //   - exactly-once: a slot missing at start whose checkpoint exists was lost,
 //     and Run does not create it again unless told to (slotguard.go): a new
 //     slot would start past the events the lost one never delivered.

@@ -33,7 +33,7 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 	fset := token.NewFileSet()
 	walked := 0
 	walkGo(t, fset, libraryDirs, func(f *ast.File) {
-		if f.Name.Name == "main" {
+		if f.Name.Name == "main" || sayFlags[filepath.ToSlash(fset.Position(f.Pos()).Filename)] {
 			return
 		}
 		walked++
@@ -59,8 +59,13 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 	}
 }
 
+// sayFlags are the library files whose advice still names the command's
+// flags (the operator's prune and cutover print the commands to run next);
+// they are not walked until they say it in words.
+var sayFlags = map[string]bool{"../operator/prune.go": true, "../operator/cutover.go": true}
+
 // libraryDirs are the directories of the libraries, from this one.
-var libraryDirs = []string{"../replication", "../sink", "../decoder", "../checkpoint", "."}
+var libraryDirs = []string{"../replication", "../sink", "../decoder", "../checkpoint", "../operator", "."}
 
 // walkGo parses every Go file under dirs, tests excluded, and hands it to fn.
 func walkGo(t *testing.T, fset *token.FileSet, dirs []string, fn func(*ast.File)) {

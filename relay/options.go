@@ -112,9 +112,9 @@ type OptionError struct {
 func (e *OptionError) Error() string { return fmt.Sprintf("option %s: %v", e.Option, e.Err) }
 func (e *OptionError) Unwrap() error { return e.Err }
 
-// validate checks what Run relies on; the command's configuration refuses
-// bad settings earlier with the flag's name.
-func (o *Options) validate() error {
+// Validate checks what Run relies on (as a *OptionError); the command's
+// configuration refuses bad settings earlier with the flag's name.
+func (o *Options) Validate() error {
 	bad := func(option, msg string) error { return &OptionError{Option: option, Err: errors.New(msg)} }
 	switch {
 	case o.MaxInFlight < 2:

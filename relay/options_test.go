@@ -6,76 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/migrations"
-	"github.com/walrelay/walrelay/replication"
-	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
-// testOptions are the Options of one relay over public.<name>_outbox with
-// the default columns, slot and publication <name>, topics
-// <name>.{aggregate_type}: what walrelay's defaults map to, without HTTP
-// and heartbeats (serial WAL: only the test's own transactions).
+// testOptions are the Options of one relay over public.<name>_outbox
+// (relaytest.Configs), without HTTP and heartbeats (serial WAL: only the
+// test's own transactions).
 func testOptions(dsn string, brokers []string, name string) Options {
-	table := "public." + name + "_outbox"
-	cols := decoder.DefaultColumns()
-	return Options{
-		Replication: replication.Config{DSN: dsn, Slot: name, Publication: name, Tables: []string{table},
-			Columns: map[string][]string{table: cols.Mapped()}, StatusInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
-		Sink: sink.Config{Brokers: brokers, Topic: name + ".{aggregate_type}", Compression: "zstd", Linger: 5 * time.Millisecond,
-			BatchMaxBytes: 1 << 20, MaxBufferedBytes: 64 << 20, MaxBufferedRecords: 10000, TopicPartitions: -1, TopicReplicationFactor: -1,
-			DLQTopic: sink.DefaultDLQTopic},
-		Decoder:              decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: name + "_outbox", Columns: cols}}},
-		MaxInFlight:          10000,
-		OnPoison:             OnPoisonDLQ,
-		StandbyRetryInterval: time.Second,
-		ShutdownTimeout:      5 * time.Second,
-		KafkaTimeout:         15 * time.Second,
-	}
-}
-
-// createOutbox creates the outbox table (schema.name) with walrelay's
-// migrations, as `walrelay migrate` does.
-func createOutbox(t *testing.T, dsn, table string) {
-	t.Helper()
-	applyMigrations(t, dsn, table, migrations.All)
-}
-
-// createPartitionedOutbox creates the outbox table (schema.name)
-// partitioned by day, as `walrelay migrate --partitioned` does.
-func createPartitionedOutbox(t *testing.T, dsn, table string) {
-	t.Helper()
-	applyMigrations(t, dsn, table, migrations.Partitioned)
-	applyMigrations(t, dsn, table, migrations.All)
-}
-
-func applyMigrations(t *testing.T, dsn, table string, set func() ([]migrations.Migration, error)) {
-	t.Helper()
-	tn, err := replication.ParseTable(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := set()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, migrations.CreateSchema(pgx.Identifier{tn.Schema}.Sanitize())); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if _, err := conn.Exec(ctx, m.Render(tn.Quoted())); err != nil {
-			t.Fatalf("apply %s: %v", m.Name, err)
-		}
-	}
+	rc, sc, dc := relaytest.Configs(dsn, brokers, name)
+	return Options{Replication: rc, Sink: sc, Decoder: dc, MaxInFlight: 10000, OnPoison: OnPoisonDLQ,
+		StandbyRetryInterval: time.Second, ShutdownTimeout: 5 * time.Second, KafkaTimeout: 15 * time.Second}
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -102,7 +44,7 @@ func TestOptionsValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions("postgres://x@localhost/db", []string{"localhost:9092"}, "t")
 			tc.mod(&o)
-			err := o.validate()
+			err := o.Validate()
 			if tc.option == "" {
 				if err != nil {
 					t.Fatalf("validate() = %v; want nil", err)

@@ -29,6 +29,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/walrelay/walrelay/internal/retry"
 )
 
 // otlpExporter sends spans to an OTLP/HTTP receiver as protobuf: one POST
@@ -257,7 +259,7 @@ func (e *otlpExporter) send(ctx context.Context, body []byte) (*rejectedError, e
 			return rejected, err
 		}
 		if retryAfter == 0 {
-			retryAfter = jitter(wait)
+			retryAfter = retry.Jitter(wait)
 			wait = min(2*wait, 5*time.Second)
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < retryAfter {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/retry"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -24,12 +25,6 @@ type producer interface {
 	Send(ctx context.Context, r sink.Record, done func(error))
 	Topic(ev *decoder.Event) (string, error)
 }
-
-// Backoff while Kafka cannot answer a topic's look-up or creation.
-const (
-	kafkaRetryMin = 250 * time.Millisecond
-	kafkaRetryMax = 10 * time.Second
-)
 
 // batchSource is what the pipeline needs from the replication stream.
 type batchSource interface {
@@ -237,7 +232,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
 		ack.Done()
 	}
-	if reason, cause := poisonOf(ev); cause != nil {
+	if reason, cause := PoisonOf(ev); cause != nil {
 		intended, _ := p.d.Topic(ev) // best effort: for the dead-letter header
 		return p.deadLetter(ctx, ev, intended, reason, cause, done)
 	}
@@ -259,7 +254,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
-		if reason, ok := refusalReason(err); ok {
+		if reason, ok := RefusalReason(err); ok {
 			return p.deadLetter(ctx, ev, pe.Topic, reason, err, done)
 		}
 	}
@@ -272,7 +267,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 // meanwhile: the stream stops at the in-flight cap, as when produce requests
 // are retried, and the watermark stays before ev.
 func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt int, err error) error {
-	wait := jitter(min(kafkaRetryMin<<min(attempt-1, 10), kafkaRetryMax))
+	wait := retry.KafkaWait(attempt)
 	p.m.kafkaRetries.Inc()
 	var topic string
 	var pe *sink.ProduceError
@@ -285,7 +280,7 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 	}
 	p.log.Warn(what, "topic", topic, "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID,
 		"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
-	return sleep(ctx, wait)
+	return retry.Sleep(ctx, wait)
 }
 
 // deadLetter sends ev to the dead-letter topic, or stops with a
@@ -317,8 +312,8 @@ func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended s
 	return nil
 }
 
-// poisonOf says why ev's values cannot become a valid record, if they cannot.
-func poisonOf(ev *decoder.Event) (DeadLetterReason, error) {
+// PoisonOf says why ev's values cannot become a valid record, if they cannot.
+func PoisonOf(ev *decoder.Event) (DeadLetterReason, error) {
 	if ev.Poison != nil {
 		return poisonReason(ev.Poison), ev.Poison
 	}

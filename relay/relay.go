@@ -38,7 +38,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return err
 	}
 	opts.Decoder.HeartbeatPrefix = HeartbeatPrefix

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,155 +13,33 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
-	"github.com/walrelay/walrelay/test/pgtest"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
-// testDatabase creates a database of its own for t and returns its DSN and a
-// connection to it (see pgtest.Database).
-func testDatabase(t *testing.T) (string, *pgtest.Conn) {
-	t.Helper()
-	dsn := pgtest.Database(t, "relay")
-	return dsn, pgtest.Connect(t, dsn)
-}
-
-// relayFixture sets up an outbox table, and runs the relay against kfake.
-type relayFixture struct {
-	pg      *pgtest.Conn
-	cluster *kfake.Cluster
-	name    string
-	cancel  context.CancelFunc
-	done    chan error
-	stopped sync.Once
-	logs    *lockedWriter // the relay's log
-}
+// relayFixture is an outbox table and Run streaming it into kfake.
+type relayFixture struct{ *relaytest.Fixture }
 
 func startRelay(t *testing.T, name string, cluster *kfake.Cluster, mods ...func(*Options)) *relayFixture {
 	t.Helper()
-	return startRelayWith(t, name, cluster, createOutbox, mods...)
+	return startRelayWith(t, name, cluster, relaytest.CreateOutbox, mods...)
 }
 
 // startRelayWith is startRelay with the outbox table made by create (dsn,
 // schema.name).
 func startRelayWith(t *testing.T, name string, cluster *kfake.Cluster, create func(t *testing.T, dsn, table string), mods ...func(*Options)) *relayFixture {
 	t.Helper()
-	// A database of its own: logical messages (other walrelays' heartbeats)
-	// and transactions of concurrent tests reach every slot of a database,
-	// and the assertions below need a WAL with only this test's writes.
-	dsn, pg := testDatabase(t)
-	pg.Exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
-	create(t, dsn, "public."+name+"_outbox")
-	t.Cleanup(func() {
-		pg.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", name)
-		pg.Exec(fmt.Sprintf("DROP PUBLICATION IF EXISTS %s", name))
-		pg.Exec(fmt.Sprintf("DROP TABLE IF EXISTS public.%s_outbox", name))
-	})
-	opts := testOptions(dsn, cluster.ListenAddrs(), name)
-	for _, mod := range mods {
-		mod(&opts)
-	}
-
-	f := &relayFixture{pg: pg, cluster: cluster, name: name, done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.cancel = cancel
-	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opts.Logger = log
-	go func() { f.done <- Run(ctx, opts) }()
-	t.Cleanup(func() {
-		f.stop()
-		if t.Failed() {
-			t.Logf("relay log:\n%s", f.logs.String())
+	return &relayFixture{relaytest.Start(t, name, cluster, create, func(dsn string, log *slog.Logger) func(context.Context) error {
+		opts := testOptions(dsn, cluster.ListenAddrs(), name)
+		for _, mod := range mods {
+			mod(&opts)
 		}
-	})
-	testwait.Eventually(t, 20*time.Second, "the slot to be streamed", func() bool {
-		var active bool
-		err := pg.Conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
-		return err == nil && active
-	})
-	return f
-}
-
-// stop ends Run and waits for it to return (once; later calls return at
-// once).
-func (f *relayFixture) stop() {
-	f.cancel()
-	f.stopped.Do(func() {
-		select {
-		case <-f.done:
-		case <-time.After(20 * time.Second):
-		}
-	})
-}
-
-type lockedWriter struct {
-	mu atomic.Bool
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	for !w.mu.CompareAndSwap(false, true) {
-	}
-	defer w.mu.Store(false)
-	return w.b.Write(p)
-}
-
-// String returns what was written so far; safe while the relay writes.
-func (w *lockedWriter) String() string {
-	for !w.mu.CompareAndSwap(false, true) {
-	}
-	defer w.mu.Store(false)
-	return w.b.String()
-}
-
-func (f *relayFixture) insertTxn(t *testing.T, agg string, n int) {
-	t.Helper()
-	tx, err := f.pg.Conn.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < n; i++ {
-		if _, err := tx.Exec(context.Background(), fmt.Sprintf(
-			"INSERT INTO public.%s_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'created', $2)", f.name),
-			agg, fmt.Sprintf(`{"n": %d}`, i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func consumeAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for len(recs) < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("consumed %d of %d records from %s", len(recs), want, topic)
-		}
-		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
-	}
-	return recs
-}
-
-func headerValue(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
+		opts.Logger = log
+		return func(ctx context.Context) error { return Run(ctx, opts) }
+	})}
 }
 
 // TestAckDisciplineKfake holds every produce request in kfake and shows that
@@ -188,14 +65,14 @@ func TestAckDisciplineKfake(t *testing.T) {
 	})
 
 	f := startRelay(t, "relay_ack", cluster)
-	pg := f.pg
+	pg := f.PG
 	// Caught up before the writes: the idle stream confirms the WAL end.
 	start := pg.InsertLSN()
-	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
-	before := pg.Confirmed(f.name)
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
+	before := pg.Confirmed(f.Name)
 
 	for i := 0; i < 5; i++ {
-		f.insertTxn(t, fmt.Sprintf("agg-%d", i%2), 3)
+		f.InsertTxn(t, fmt.Sprintf("agg-%d", i%2), 3)
 	}
 	after := pg.InsertLSN()
 	testwait.Eventually(t, 15*time.Second, "a produce request to be held", func() bool { return held.Load() > 0 })
@@ -205,17 +82,17 @@ func TestAckDisciplineKfake(t *testing.T) {
 	// transaction ends after it, so reaching the insert position is allowed).
 	var maxSeen pglogrepl.LSN
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		if c := pg.Confirmed(f.name); c > maxSeen {
+		if c := pg.Confirmed(f.Name); c > maxSeen {
 			maxSeen = c
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	close(release)
 
-	recs := consumeAll(t, cluster.ListenAddrs(), f.name+".order", 15)
+	recs := relaytest.ConsumeAll(t, cluster.ListenAddrs(), f.Name+".order", 15)
 	firstInsert := pglogrepl.LSN(1<<64 - 1)
 	for _, r := range recs {
-		l, err := pglogrepl.ParseLSN(headerValue(r, sink.HeaderLSN))
+		l, err := pglogrepl.ParseLSN(relaytest.HeaderValue(r, sink.HeaderLSN))
 		if err != nil {
 			t.Fatalf("record without a valid %s header: %v", sink.HeaderLSN, err)
 		}
@@ -225,10 +102,10 @@ func TestAckDisciplineKfake(t *testing.T) {
 		t.Fatalf("confirmed_flush_lsn reached %v while the records starting at %v were unacknowledged (before writes: %v)", maxSeen, firstInsert, before)
 	}
 	testwait.Eventually(t, 15*time.Second, fmt.Sprintf("confirmed_flush_lsn to reach %v after Kafka acknowledged", after), func() bool {
-		return pg.Confirmed(f.name) >= after
+		return pg.Confirmed(f.Name) >= after
 	})
 	t.Logf("held %d produce requests; confirmed stayed at %v (<= first insert %v) while held, reached %v after (last commit %v)",
-		held.Load(), maxSeen, firstInsert, pg.Confirmed(f.name), after)
+		held.Load(), maxSeen, firstInsert, pg.Confirmed(f.Name), after)
 }
 
 // TestPermanentProduceErrorStops makes Kafka refuse records for good: the
@@ -260,20 +137,20 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 		return produceErrorResponse(req.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 	f := startRelay(t, "relay_poison", cluster, func(o *Options) { o.MaxInFlight, o.Sink.MaxBufferedRecords = maxInFlight, maxInFlight })
-	pg := f.pg
+	pg := f.PG
 	start := pg.InsertLSN()
-	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
-	f.insertTxn(t, "agg-x", events)
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
+	f.InsertTxn(t, "agg-x", events)
 	var runErr error
 	select {
-	case runErr = <-f.done:
+	case runErr = <-f.Done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("relay kept running after Kafka refused a record for good")
 	}
 	if runErr == nil || !errors.Is(runErr, kerr.InvalidRecord) || !strings.Contains(runErr.Error(), "event id=") {
 		t.Fatalf("relay returned %v; want an error naming the event and wrapping INVALID_RECORD", runErr)
 	}
-	f.done <- runErr // for the cleanup's stop
+	f.Done <- runErr // for the cleanup's stop
 	// The refused transaction must still be ahead of the slot: a restart
 	// reads it again. (The confirmed position itself may pass start: WAL is
 	// cluster-wide, and a keepalive's WAL end from before the transaction's
@@ -281,12 +158,12 @@ func permanentProduceErrorStops(t *testing.T, maxInFlight, events int) {
 	// outbox of its own database, so every insert still in the slot is one
 	// of the refused transaction's.
 	testwait.Eventually(t, 15*time.Second, "the walsender to release the slot", func() bool {
-		return pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", f.name) == 1
+		return pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", f.Name) == 1
 	})
 	if n := pg.Count(`SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
-		'proto_version', '1', 'publication_names', $2) WHERE substr(data, 1, 1) = 'I'::bytea`, f.name, f.name); n != events {
+		'proto_version', '1', 'publication_names', $2) WHERE substr(data, 1, 1) = 'I'::bytea`, f.Name, f.Name); n != events {
 		t.Fatalf("the slot still holds %d inserts of the refused transaction, want %d: it was confirmed past it (confirmed %v, start %v)",
-			n, events, pg.Confirmed(f.name), start)
+			n, events, pg.Confirmed(f.Name), start)
 	}
 }
 

@@ -33,19 +33,19 @@ func checkSlotHistory(ctx context.Context, opts Options, snk *sink.Sink) error {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := replication.OpenPgx(cctx, opts.Replication.DSN, "walrelay", opts.Replication.PasswordSource)
+	conn, err := replication.Connect(cctx, opts.Replication.DSN, opts.Replication.PasswordSource)
 	cancel()
 	if err != nil {
 		return nil // replication.Open reports an unreachable server with its fix
 	}
 	defer conn.Close(context.Background())
 	slot := opts.Replication.Slot
-	st, err := ReadSlotState(ctx, conn, slot)
-	if err != nil || st.Exists {
-		return nil
+	q := replication.NewQuerier(conn)
+	if _, err := replication.ReadSlot(ctx, q, slot); !errors.Is(err, replication.ErrSlotMissing) {
+		return nil // it exists, or Open reports why it cannot be read
 	}
-	var sysID string
-	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
+	sysID, err := replication.SystemIdentifier(ctx, q)
+	if err != nil {
 		return nil // without the identifier there is no checkpoint key; Open reports a server it cannot use
 	}
 	kctx, cancel := context.WithTimeout(ctx, opts.KafkaTimeout)

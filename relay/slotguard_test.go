@@ -3,11 +3,15 @@ package relay
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/walrelay/walrelay/internal/testwait"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 // TestExactlyOnceRefusesLostSlot: in exactly-once mode a slot missing at
@@ -19,20 +23,27 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 		o.ExactlyOnce = &ExactlyOnce{TransactionalID: "walrelay-slotguard", CheckpointTopic: "slotguard.checkpoints",
 			CommitInterval: 50 * time.Millisecond, MaxRecords: 100}
 	}
-	f := newReplayFixture(t, "slotguard", eos) // a first start creates the slot
-	f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 1)
-	f.cancel()
-	f.done <- <-f.done
-	f.pg.Exec("SELECT pg_drop_replication_slot($1)", f.name)
-	f.txn(t, [4]string{"b", "e", `'{}'`, `'{}'`}) // committed while no slot exists
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	var opts Options
+	f := startRelay(t, "slotguard", cluster, eos, func(o *Options) { opts = *o }) // a first start creates the slot
+	opts.Logger = slog.New(slog.DiscardHandler)
+	f.InsertTxn(t, "a", 1)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), "slotguard.order", 1)
+	f.Cancel()
+	f.Done <- <-f.Done
+	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
+	f.InsertTxn(t, "b", 1) // committed while no slot exists
 	slots := func() int {
-		return f.pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.name)
+		return f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.Name)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := Run(ctx, f.opts)
+	err = Run(ctx, opts)
 	var lost *SlotLostError
 	if !errors.As(err, &lost) || !lost.Checkpoint || lost.LastLSN == 0 {
 		t.Fatalf("exactly-once start without the slot: %v, want a SlotLostError from the checkpoint", err)
@@ -50,16 +61,16 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 	}
 
 	// Another slot name has no checkpoint: a first start.
-	other := f.opts
+	other := opts
 	other.Replication.Slot = "slotguard_other"
 	other.MetricsAddr = ""
 	t.Cleanup(func() {
-		f.pg.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotguard_other' AND NOT active")
+		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotguard_other' AND NOT active")
 	})
 	startsAndCreates(t, other, f)
 
 	// Accepted: the slot is created.
-	accepted := f.opts
+	accepted := opts
 	accepted.AcceptSlotLoss = true
 	startsAndCreates(t, accepted, f)
 	if n := slots(); n != 1 {
@@ -69,7 +80,7 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 
 // startsAndCreates runs the relay with opts until its slot is streamed,
 // then stops it.
-func startsAndCreates(t *testing.T, opts Options, f *replayFixture) {
+func startsAndCreates(t *testing.T, opts Options, f *relayFixture) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -87,6 +98,6 @@ func startsAndCreates(t *testing.T, opts Options, f *replayFixture) {
 			t.Fatalf("run on slot %s stopped: %v", opts.Replication.Slot, err)
 		default:
 		}
-		return f.pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", opts.Replication.Slot) == 1
+		return f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", opts.Replication.Slot) == 1
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/walrelay/walrelay/internal/retry"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -50,7 +51,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 			s.log.Debug("replication slot still in use; standing by", "slot", s.slot, "error", err)
 		}
 		s.m.setRole(roleStandby)
-		return jitter(s.interval), true
+		return retry.Jitter(s.interval), true
 	}
 	s.since = time.Time{}
 	s.m.setRole("")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 func newKfake(t *testing.T) *kfake.Cluster {
@@ -34,7 +35,7 @@ func newKfake(t *testing.T) *kfake.Cluster {
 // acknowledged early.
 func (f *relayFixture) notConfirmed(t *testing.T, end pglogrepl.LSN, what string) {
 	t.Helper()
-	if c := f.pg.Confirmed(f.name); c >= end {
+	if c := f.PG.Confirmed(f.Name); c >= end {
 		t.Fatalf("confirmed_flush_lsn reached %v, the end of %s (committed before %v)", c, what, end)
 	}
 }
@@ -43,8 +44,8 @@ func (f *relayFixture) notConfirmed(t *testing.T, end pglogrepl.LSN, what string
 func (f *relayFixture) relayRunning(t *testing.T, when string) {
 	t.Helper()
 	select {
-	case err := <-f.done:
-		f.done <- err // for the cleanup's stop
+	case err := <-f.Done:
+		f.Done <- err // for the cleanup's stop
 		t.Fatalf("%s: the relay returned %v, want it to keep running", when, err)
 	default:
 	}
@@ -81,10 +82,10 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	refusals := func() int { mu.Lock(); defer mu.Unlock(); return refused }
 
 	f := startRelay(t, "relay_outage", cluster)
-	pg := f.pg
+	pg := f.PG
 	start := pg.InsertLSN()
-	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
-	f.insertTxn(t, "agg-1", 3)
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
+	f.InsertTxn(t, "agg-1", 3)
 	after := pg.InsertLSN()
 
 	testwait.Eventually(t, 20*time.Second, "four refused topic creations", func() bool {
@@ -96,21 +97,21 @@ func TestTopicLookupOutageRetried(t *testing.T) {
 	mu.Lock()
 	code = nil
 	mu.Unlock()
-	recs := consumeAll(t, cluster.ListenAddrs(), f.name+".order", 3)
+	recs := relaytest.ConsumeAll(t, cluster.ListenAddrs(), f.Name+".order", 3)
 	seen := map[string]int{}
 	for _, r := range recs {
-		seen[headerValue(r, sink.HeaderID)]++
+		seen[relaytest.HeaderValue(r, sink.HeaderID)]++
 	}
 	if len(recs) != 3 || len(seen) != 3 {
 		t.Fatalf("got %d records with %d distinct ids, want 3 events exactly once", len(recs), len(seen))
 	}
-	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
+	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.Name) >= after })
 	f.relayRunning(t, "after Kafka answered again")
-	t.Logf("%d refused creations retried; confirmed %v after (transaction ended before %v)", refusals(), pg.Confirmed(f.name), after)
-	f.cancel()
-	err := <-f.done
-	f.done <- err
-	if n := strings.Count(f.logs.String(), "kafka unavailable while preparing"); err != nil || n < 2 {
+	t.Logf("%d refused creations retried; confirmed %v after (transaction ended before %v)", refusals(), pg.Confirmed(f.Name), after)
+	f.Cancel()
+	err := <-f.Done
+	f.Done <- err
+	if n := strings.Count(f.Logs.String(), "kafka unavailable while preparing"); err != nil || n < 2 {
 		// franz-go itself retries a NOT_CONTROLLER answer once.
 		t.Errorf("relay returned %v with %d WARN lines saying Kafka is unavailable, want nil and at least 2", err, n)
 	}
@@ -125,27 +126,27 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 	t.Cleanup(h.Remove)
 
 	f := startRelay(t, "relay_outstop", cluster)
-	pg := f.pg
+	pg := f.PG
 	start := pg.InsertLSN()
-	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
-	f.insertTxn(t, "agg-1", 2)
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
+	f.InsertTxn(t, "agg-1", 2)
 	after := pg.InsertLSN()
 	testwait.Eventually(t, 20*time.Second, "a refused topic creation", func() bool { return h.Hits() >= 1 })
 	testwait.Eventually(t, 20*time.Second, "the relay to wait before retrying the topic's creation", func() bool {
-		return strings.Contains(f.logs.String(), "kafka unavailable while preparing")
+		return strings.Contains(f.Logs.String(), "kafka unavailable while preparing")
 	})
 	f.relayRunning(t, "while Kafka fails the topic's creation")
 
-	f.cancel()
+	f.Cancel()
 	began := time.Now()
 	var err error
 	select {
-	case err = <-f.done:
+	case err = <-f.Done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay did not return within 10s of its context's end")
 	}
 	took := time.Since(began)
-	f.done <- err
+	f.Done <- err
 	if err != nil {
 		t.Fatalf("relay returned %v on shutdown, want nil", err)
 	}
@@ -181,22 +182,22 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 				return resp, nil, true
 			})
 			f := startRelay(t, name, cluster, func(o *Options) { o.OnPoison = policy })
-			pg := f.pg
+			pg := f.PG
 			start := pg.InsertLSN()
-			testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
+			testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
 			pg.Exec("INSERT INTO public." + name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('refused', 'r-1', 'created', '{}')")
 			afterRefused := pg.InsertLSN()
-			f.insertTxn(t, "agg-1", 2) // aggregate type order
+			f.InsertTxn(t, "agg-1", 2) // aggregate type order
 			after := pg.InsertLSN()
 
 			if policy == OnPoisonStop {
 				var err error
 				select {
-				case err = <-f.done:
+				case err = <-f.Done:
 				case <-time.After(30 * time.Second):
 					t.Fatal("relay kept running after Kafka refused to create a topic, under --on-poison=stop")
 				}
-				f.done <- err
+				f.Done <- err
 				var pe *PoisonError
 				if !errors.As(err, &pe) || pe.Reason != "topic_refused" || !errors.Is(err, sink.ErrTopicRefused) ||
 					!strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), refused) {
@@ -205,18 +206,18 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 				f.notConfirmed(t, afterRefused, "the refused event's transaction")
 				return
 			}
-			dl := consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+			dl := relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
 			r := dl[0]
 			for k, want := range map[string]string{sink.HeaderDLQReason: "topic_refused", sink.HeaderDLQTopic: refused, sink.HeaderAggregateType: "refused"} {
-				if got := headerValue(r, k); got != want {
+				if got := relaytest.HeaderValue(r, k); got != want {
 					t.Errorf("dead letter header %s = %q, want %q", k, got, want)
 				}
 			}
-			if e := headerValue(r, sink.HeaderDLQError); !strings.Contains(e, msg) || !strings.Contains(e, "POLICY_VIOLATION") {
+			if e := relaytest.HeaderValue(r, sink.HeaderDLQError); !strings.Contains(e, msg) || !strings.Contains(e, "POLICY_VIOLATION") {
 				t.Errorf("dead letter %s = %q, want the broker's code and message %q", sink.HeaderDLQError, e, msg)
 			}
-			consumeAll(t, cluster.ListenAddrs(), name+".order", 2)
-			testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.Confirmed(f.name) >= after })
+			relaytest.ConsumeAll(t, cluster.ListenAddrs(), name+".order", 2)
+			testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass both transactions", func() bool { return pg.Confirmed(f.Name) >= after })
 			f.relayRunning(t, "after dead-lettering")
 		})
 	}
@@ -230,10 +231,10 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	// franz-go does not retry THROTTLING_QUOTA_EXCEEDED itself (it does NOT_CONTROLLER).
 	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: sink.DefaultDLQTopic, Err: kerr.ThrottlingQuotaExceeded, Count: -1})
 	f := startRelay(t, "relay_dlqout", cluster)
-	pg := f.pg
+	pg := f.PG
 	start := pg.InsertLSN()
-	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.name) >= start })
-	pg.Exec("INSERT INTO public." + f.name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
+	testwait.Eventually(t, 15*time.Second, "the idle slot to reach the WAL end", func() bool { return pg.Confirmed(f.Name) >= start })
+	pg.Exec("INSERT INTO public." + f.Name + "_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '', 'created', '{}')")
 	after := pg.InsertLSN()
 	testwait.Eventually(t, 20*time.Second, "three refused creations of the dead-letter topic", func() bool {
 		f.relayRunning(t, "while Kafka fails the dead-letter topic's creation")
@@ -241,10 +242,10 @@ func TestTopicLookupOutageRetriedDeadLetter(t *testing.T) {
 	})
 	f.notConfirmed(t, after, "the transaction not yet dead-lettered")
 	h.Remove()
-	dl := consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
-	if got := headerValue(dl[0], sink.HeaderDLQReason); got != "empty_aggregate_id" {
+	dl := relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	if got := relaytest.HeaderValue(dl[0], sink.HeaderDLQReason); got != "empty_aggregate_id" {
 		t.Errorf("dead letter reason %q, want empty_aggregate_id", got)
 	}
-	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.name) >= after })
+	testwait.Eventually(t, 15*time.Second, "confirmed_flush_lsn to pass the transaction", func() bool { return pg.Confirmed(f.Name) >= after })
 	f.relayRunning(t, "after the dead letter")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 func TestParseTracingEnv(t *testing.T) {
@@ -108,13 +109,13 @@ const (
 // object) in one transaction, aggregate ids agg-0, agg-1, ...
 func (f *relayFixture) insertWithHeaders(t *testing.T, headers ...string) {
 	t.Helper()
-	tx, err := f.pg.Conn.Begin(context.Background())
+	tx, err := f.PG.Conn.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, h := range headers {
 		if _, err := tx.Exec(context.Background(), fmt.Sprintf(
-			"INSERT INTO public.%s_outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', $1, 'created', '{}', $2::jsonb)", f.name),
+			"INSERT INTO public.%s_outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', $1, 'created', '{}', $2::jsonb)", f.Name),
 			fmt.Sprintf("agg-%d", i), h); err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +168,7 @@ func TestTracingEndToEnd(t *testing.T) {
 			f := startRelay(t, fmt.Sprintf("trace_e2e_%d", i), cluster, mods...)
 			traceparent := "00-" + appTraceID + "-" + appSpanID + "-01"
 			f.insertWithHeaders(t, fmt.Sprintf(`{"traceparent": %q, "tracestate": %q, "tenant": "acme"}`, traceparent, appTracestate), `{"tenant": "acme"}`)
-			recs := byKey(consumeAll(t, cluster.ListenAddrs(), f.name+".order", 2))
+			recs := byKey(relaytest.ConsumeAll(t, cluster.ListenAddrs(), f.Name+".order", 2))
 			traced, plain := recs["agg-0"], recs["agg-1"]
 
 			want := 1
@@ -175,7 +176,7 @@ func TestTracingEndToEnd(t *testing.T) {
 				want = 2
 			}
 			testwait.Eventually(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.spans()) >= want })
-			f.stop() // flushes the rest: nothing more may come
+			f.Stop() // flushes the rest: nothing more may come
 			spans := rcv.spans()
 			if len(spans) != want {
 				t.Fatalf("%d spans exported, want %d", len(spans), want)
@@ -194,13 +195,13 @@ func TestTracingEndToEnd(t *testing.T) {
 			if got := hex.EncodeToString(sp.ParentSpanId); got != appSpanID {
 				t.Errorf("parent span %s, want the row's %s", got, appSpanID)
 			}
-			if got := headerValue(traced, "traceparent"); got != fmt.Sprintf("00-%s-%x-01", appTraceID, sp.SpanId) {
+			if got := relaytest.HeaderValue(traced, "traceparent"); got != fmt.Sprintf("00-%s-%x-01", appTraceID, sp.SpanId) {
 				t.Errorf("record traceparent %q, want walrelay's span %x in the row's trace", got, sp.SpanId)
 			}
-			if got := headerValue(traced, "tracestate"); got != appTracestate || sp.TraceState != appTracestate {
+			if got := relaytest.HeaderValue(traced, "tracestate"); got != appTracestate || sp.TraceState != appTracestate {
 				t.Errorf("tracestate: record %q, span %q; want the row's %q", got, sp.TraceState, appTracestate)
 			}
-			if headerValue(traced, "tenant") != "acme" {
+			if relaytest.HeaderValue(traced, "tenant") != "acme" {
 				t.Error("the row's other header was lost")
 			}
 			start := time.Unix(0, int64(sp.StartTimeUnixNano))
@@ -211,9 +212,9 @@ func TestTracingEndToEnd(t *testing.T) {
 				t.Errorf("span ends before it starts")
 			}
 			for k, v := range map[string]string{
-				"messaging.system": "kafka", "messaging.operation.type": "send", "messaging.destination.name": f.name + ".order",
-				"messaging.kafka.message.key": "agg-0", "messaging.message.id": headerValue(traced, "id"),
-				"walrelay.table": "public." + f.name + "_outbox", "walrelay.lsn": headerValue(traced, "walrelay.lsn"),
+				"messaging.system": "kafka", "messaging.operation.type": "send", "messaging.destination.name": f.Name + ".order",
+				"messaging.kafka.message.key": "agg-0", "messaging.message.id": relaytest.HeaderValue(traced, "id"),
+				"walrelay.table": "public." + f.Name + "_outbox", "walrelay.lsn": relaytest.HeaderValue(traced, "walrelay.lsn"),
 				"messaging.destination.partition.id": fmt.Sprint(traced.Partition), "messaging.kafka.offset": fmt.Sprint(traced.Offset),
 			} {
 				if got := sp.attr(k); got != v {
@@ -224,15 +225,15 @@ func TestTracingEndToEnd(t *testing.T) {
 				t.Errorf("resource %v scope %q, want service.name %q with a version, scope %s", sp.resource, sp.scope, tc.service, sink.TracerName)
 			}
 			if tc.rootSampled {
-				if len(root.ParentSpanId) != 0 || headerValue(plain, "traceparent") != fmt.Sprintf("00-%x-%x-01", root.TraceId, root.SpanId) {
+				if len(root.ParentSpanId) != 0 || relaytest.HeaderValue(plain, "traceparent") != fmt.Sprintf("00-%x-%x-01", root.TraceId, root.SpanId) {
 					t.Errorf("row without trace context: span parent %x, record traceparent %q; want a root span the record points at",
-						root.ParentSpanId, headerValue(plain, "traceparent"))
+						root.ParentSpanId, relaytest.HeaderValue(plain, "traceparent"))
 				}
-			} else if got := headerValue(plain, "traceparent"); got != "" {
+			} else if got := relaytest.HeaderValue(plain, "traceparent"); got != "" {
 				t.Errorf("row without trace context got traceparent %q, want none (roots are not sampled)", got)
 			}
 			rcv.everyRequestHas(t, "Authorization", "Bearer s3cr3t") // from OTEL_EXPORTER_OTLP_HEADERS
-			logs := f.logs.String()
+			logs := f.Logs.String()
 			if !strings.Contains(logs, "tracing on") || strings.Contains(logs, "s3cr3t") {
 				t.Errorf("log: want a 'tracing on' line and no header value:\n%s", logs)
 			}
@@ -259,16 +260,16 @@ func TestTracingOffEndToEnd(t *testing.T) {
 		f := startRelay(t, fmt.Sprintf("trace_off_%d", i), cluster, func(o *Options) {})
 		traceparent := "00-" + appTraceID + "-" + appSpanID + "-01"
 		f.insertWithHeaders(t, fmt.Sprintf(`{"traceparent": %q, "tracestate": %q}`, traceparent, appTracestate))
-		rec := consumeAll(t, cluster.ListenAddrs(), f.name+".order", 1)[0]
-		f.stop()
+		rec := relaytest.ConsumeAll(t, cluster.ListenAddrs(), f.Name+".order", 1)[0]
+		f.Stop()
 		cluster.Close()
-		if got := headerValue(rec, "traceparent"); got != traceparent || headerValue(rec, "tracestate") != appTracestate {
-			t.Errorf("env %q: record traceparent %q tracestate %q, want the row's", env, got, headerValue(rec, "tracestate"))
+		if got := relaytest.HeaderValue(rec, "traceparent"); got != traceparent || relaytest.HeaderValue(rec, "tracestate") != appTracestate {
+			t.Errorf("env %q: record traceparent %q tracestate %q, want the row's", env, got, relaytest.HeaderValue(rec, "tracestate"))
 		}
 		if n := rcv.count(); n != 0 {
 			t.Errorf("env %q: %d exports, want none", env, n)
 		}
-		if strings.Contains(f.logs.String(), "tracing on") {
+		if strings.Contains(f.Logs.String(), "tracing on") {
 			t.Errorf("env %q: the log says tracing is on", env)
 		}
 	}

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,6 +42,19 @@ func (c *Conn) identify(ctx context.Context) error {
 	c.System = Identity{SystemID: res.SystemID, Timeline: res.Timeline}
 	c.WALEnd = res.XLogPos
 	return nil
+}
+
+// SystemIdentifier reads the server's system identifier through q (an
+// ordinary connection's; IDENTIFY_SYSTEM needs a replication connection).
+func SystemIdentifier(ctx context.Context, q Querier) (string, error) {
+	rows, err := q.queryRows(ctx, "SELECT system_identifier::text FROM pg_control_system()")
+	if err != nil {
+		return "", err
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil {
+		return "", errors.New("pg_control_system: unexpected result")
+	}
+	return string(rows[0][0]), nil
 }
 
 // TimelineSwitch is one entry of a timeline's history: Timeline ended at

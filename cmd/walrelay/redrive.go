@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 const redriveUsage = `Usage: walrelay dlq redrive [--reason R,...] [--intended-topic T,...] [--since TIME] [--until TIME] [flags]
@@ -42,8 +42,8 @@ func redriveCommand(ctx context.Context, cfg config.RedriveConfig, c *call) int 
 		return c.result("dlq redrive failed", err)
 	}
 	ro := cfg.RedriveOptions()
-	ro.OnRecord = func(it relay.RedriveItem) { printRedriveItem(c, cfg.DryRun, it) }
-	res, err := relay.Redrive(ctx, opts, ro)
+	ro.OnRecord = func(it operator.RedriveItem) { printRedriveItem(c, cfg.DryRun, it) }
+	res, err := operator.Redrive(ctx, opts, ro)
 	if err != nil {
 		if err, isConfig := settingError(err); isConfig {
 			c.invalid(err)
@@ -58,7 +58,7 @@ func redriveCommand(ctx context.Context, cfg config.RedriveConfig, c *call) int 
 
 // printRedriveItem lists a dead letter: on stdout in a dry run, else in the
 // log.
-func printRedriveItem(c *call, dryRun bool, it relay.RedriveItem) {
+func printRedriveItem(c *call, dryRun bool, it operator.RedriveItem) {
 	from := "from the stored record"
 	if it.FromRow {
 		from = "from its row in " + it.Table
@@ -79,7 +79,7 @@ func printRedriveItem(c *call, dryRun bool, it relay.RedriveItem) {
 	c.log.Info("redriving dead letter", attrs...)
 }
 
-func printRedriveResult(w io.Writer, dryRun bool, res relay.RedriveResult) {
+func printRedriveResult(w io.Writer, dryRun bool, res operator.RedriveResult) {
 	if dryRun {
 		fmt.Fprintf(w, "dry run: %d dead letters of %s would be redriven (nothing sent, group %s unchanged)\n", res.Selected, res.Topic, res.Group)
 	} else {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 // TestRedriveDryRunLines: a dry run says per dead letter where it would go
@@ -15,12 +15,12 @@ import (
 func TestRedriveDryRunLines(t *testing.T) {
 	cases := []struct {
 		name string
-		item relay.RedriveItem
+		item operator.RedriveItem
 		want []string
 	}{
-		{"sent from its row", relay.RedriveItem{Partition: 0, Offset: 7, ID: "e1", Reason: "topic_refused", Target: "orders", FromRow: true, Table: "public.outbox", Outcome: relay.RedriveWouldSend},
+		{"sent from its row", operator.RedriveItem{Partition: 0, Offset: 7, ID: "e1", Reason: "topic_refused", Target: "orders", FromRow: true, Table: "public.outbox", Outcome: operator.RedriveWouldSend},
 			[]string{"0/7 id e1 reason topic_refused: would go to orders, from its row in public.outbox"}},
-		{"dead-lettered again", relay.RedriveItem{Partition: 1, Offset: 3, ID: "e2", Reason: "topic_refused", Target: "walrelay.dlq", Outcome: relay.RedriveDeadLettered,
+		{"dead-lettered again", operator.RedriveItem{Partition: 1, Offset: 3, ID: "e2", Reason: "topic_refused", Target: "walrelay.dlq", Outcome: operator.RedriveDeadLettered,
 			Cause: errors.New("the table places columns in the record's envelope and the row is no longer in the outbox table")},
 			[]string{"1/3 id e2 reason topic_refused: would go to walrelay.dlq again, from the stored record: the table places columns in the record's envelope"}},
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 const replayUsage = `Usage: walrelay replay [--since TIME] [--until TIME] [--aggregate-type T,...] [flags]
@@ -62,7 +62,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	}
 	ro := cfg.ReplayOptions()
 	if cfg.SinceLastDelivered {
-		rec, err := relay.PlanRecovery(ctx, opts, cfg.RecoveryMargin)
+		rec, err := operator.PlanRecovery(ctx, opts, cfg.RecoveryMargin)
 		if err != nil {
 			return replayFailed(c, err)
 		}
@@ -77,10 +77,10 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	}
 	p := newReplayProgress(c, cfg)
 	ro.Progress, ro.ProgressInterval = p.callback(), p.interval
-	res, err := relay.Replay(ctx, opts, ro)
+	res, err := operator.Replay(ctx, opts, ro)
 	p.finish()
 
-	var nothing *relay.NothingToReplayError
+	var nothing *operator.NothingToReplayError
 	switch {
 	case errors.As(err, &nothing) && cfg.SinceLastDelivered:
 		fmt.Fprintf(c.stdout, "%s\n", nothing.Error())
@@ -149,7 +149,7 @@ func restartSuggestion(cfg config.ReplayConfig, since time.Time) suggestion {
 }
 
 // printRecoveryPlan says where the recovery starts and why.
-func printRecoveryPlan(w io.Writer, rec relay.Recovery) {
+func printRecoveryPlan(w io.Writer, rec operator.Recovery) {
 	state := "missing"
 	if rec.Slot.Lost {
 		state = "invalidated (wal_status lost)"
@@ -169,7 +169,7 @@ func printRecoveryPlan(w io.Writer, rec relay.Recovery) {
 }
 
 // printDryRun shows what a replay would send.
-func printDryRun(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult) {
+func printDryRun(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult) {
 	var total int64
 	for _, t := range res.Tables {
 		total += t.Rows
@@ -190,7 +190,7 @@ func printDryRun(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult) {
 }
 
 // printReplayed is the summary of a replay that ran.
-func printReplayed(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult) {
+func printReplayed(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult) {
 	var parts []string
 	for _, t := range res.Tables {
 		parts = append(parts, fmt.Sprintf("%s: %d selected%s", t.Table, t.Rows, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest)))
@@ -216,7 +216,7 @@ func printReplayed(w io.Writer, cfg config.ReplayConfig, res relay.ReplayResult)
 	printNotes(w, res)
 }
 
-func printNotes(w io.Writer, res relay.ReplayResult) {
+func printNotes(w io.Writer, res operator.ReplayResult) {
 	if !res.CommitTimes {
 		fmt.Fprintln(w, "  note: the server does not keep commit timestamps (track_commit_timestamp is off): the records carry the rows' time column as Kafka timestamp, not the commit time walrelay run gave them")
 	}
@@ -226,7 +226,7 @@ func printNotes(w io.Writer, res relay.ReplayResult) {
 }
 
 // rangeText is the replay's time range, "" when unbounded.
-func rangeText(res relay.ReplayResult) string {
+func rangeText(res operator.ReplayResult) string {
 	f := func(t time.Time, none string) string {
 		if t.IsZero() {
 			return none
@@ -255,7 +255,7 @@ type replayProgress struct {
 	interval time.Duration
 
 	mu       sync.Mutex
-	last     relay.ReplayProgress
+	last     operator.ReplayProgress
 	lastAt   time.Time
 	rate     float64 // rows acknowledged per second, smoothed
 	drawn    bool
@@ -284,14 +284,14 @@ func newReplayProgress(c *call, cfg config.ReplayConfig) *replayProgress {
 }
 
 // callback is ReplayOptions.Progress (nil with no display).
-func (p *replayProgress) callback() func(relay.ReplayProgress) {
+func (p *replayProgress) callback() func(operator.ReplayProgress) {
 	if p.mode == config.ProgressNone {
 		return nil
 	}
 	return p.report
 }
 
-func (p *replayProgress) report(rp relay.ReplayProgress) {
+func (p *replayProgress) report(rp operator.ReplayProgress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.finished {
@@ -337,7 +337,7 @@ func (p *replayProgress) finish() {
 }
 
 // bar is one line: [#####.....] acked/total pct rate ETA.
-func bar(rp relay.ReplayProgress, rate float64, eta time.Duration) string {
+func bar(rp operator.ReplayProgress, rate float64, eta time.Duration) string {
 	const width = 30
 	frac := 0.0
 	if rp.Total > 0 {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 // TestRecoverySuggestion: after a lost slot, walrelay run prints the replay
@@ -75,12 +75,12 @@ func TestResumeSuggestion(t *testing.T) {
 }
 
 func TestProgressBar(t *testing.T) {
-	rp := relay.ReplayProgress{Total: 1000, Acked: 240, Filtered: 10}
+	rp := operator.ReplayProgress{Total: 1000, Acked: 240, Filtered: 10}
 	got := bar(rp, 125, 6*time.Second)
 	if !strings.HasPrefix(got, "replay [#######.......................] 250/1000  25% 125 rows/s ETA 6s") {
 		t.Errorf("bar %q", got)
 	}
-	if got := bar(relay.ReplayProgress{}, 0, -1); !strings.Contains(got, "0/0   0% 0 rows/s ETA --") {
+	if got := bar(operator.ReplayProgress{}, 0, -1); !strings.Contains(got, "0/0   0% 0 rows/s ETA --") {
 		t.Errorf("empty bar %q", got)
 	}
 
@@ -92,9 +92,9 @@ func TestProgressBar(t *testing.T) {
 	if p.mode != config.ProgressLog || p.interval != cfg.ProgressInterval {
 		t.Fatalf("not a terminal: mode %s every %v, want log lines every %v", p.mode, p.interval, cfg.ProgressInterval)
 	}
-	p.report(relay.ReplayProgress{Table: "public.outbox", Total: 100, Acked: 10, ResumeToken: "T1"})
+	p.report(operator.ReplayProgress{Table: "public.outbox", Total: 100, Acked: 10, ResumeToken: "T1"})
 	p.lastAt = p.lastAt.Add(-time.Second)
-	p.report(relay.ReplayProgress{Table: "public.outbox", Total: 100, Acked: 60, ResumeToken: "T2"})
+	p.report(operator.ReplayProgress{Table: "public.outbox", Total: 100, Acked: 60, ResumeToken: "T2"})
 	p.finish()
 	lines := logLines(t, stderr.String(), "replay progress")
 	if len(lines) != 2 || lines[1]["resume_token"] != "T2" || lines[1]["acked"] != 60.0 || lines[1]["eta"] == nil {

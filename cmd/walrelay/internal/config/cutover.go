@@ -3,52 +3,18 @@ package config
 import (
 	"time"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/replication"
 )
 
-// CutoverNudgePrefix is the prefix of the one transactional logical message
-// `walrelay cutover` writes after creating walrelay's slot. Debezium only
-// confirms its slot on an offset commit after it emitted a record (a change
-// or a heartbeat), so on an idle database its slot stays below walrelay's
-// start unless a transaction after it arrives; this message is that
-// transaction. Debezium turns a logical message into a record on
-// <topic.prefix>.message unless message.prefix.exclude.list names the prefix.
-// walrelay itself counts it as a foreign message.
-const CutoverNudgePrefix = "walrelay.cutover"
-
-// CutoverConfig is what `walrelay cutover` needs.
+// CutoverConfig is what `walrelay cutover` needs: operator.CutoverOptions
+// as settings (its DSN comes from Postgres); DropFromSlot runs
+// operator.DropFromSlot instead of operator.Cutover.
 type CutoverConfig struct {
 	Postgres
 	Logging
-	// Slot, Publication and Tables are walrelay's, as `walrelay run` gets
-	// them (defaults walrelay, walrelay, public.outbox).
-	Slot              string
-	Publication       string
-	Tables            []string
-	CreatePublication bool
-	// FromSlot is the slot of the system walrelay replaces (Debezium's
-	// slot.name). Required.
-	FromSlot string
-	// Timeout bounds the wait for FromSlot to reach walrelay's start
-	// (default 10m).
-	Timeout time.Duration
-	// PollInterval is how often both slots are read (default 1s).
-	PollInterval time.Duration
-	// StallWarning is how long FromSlot may stay still before the command
-	// says what usually keeps it there (default 60s).
-	StallWarning time.Duration
-	// Nudge writes one transactional logical message (CutoverNudgePrefix)
-	// after walrelay's slot exists, so an idle database has a transaction
-	// past walrelay's start that FromSlot can confirm (default true).
-	Nudge bool
-	// DropFromSlot drops FromSlot instead of waiting, after checking that it
-	// is inactive and confirmed at or past StartLSN.
+	operator.CutoverOptions
 	DropFromSlot bool
-	// StartLSN is walrelay's start (the consistent point the first cutover
-	// run printed); with DropFromSlot. Zero: walrelay's slot's confirmed
-	// position, which is at or past its start.
-	StartLSN pglogrepl.LSN
 }
 
 // DefaultCutoverConfig returns the cutover configuration used when nothing is
@@ -56,8 +22,8 @@ type CutoverConfig struct {
 func DefaultCutoverConfig() CutoverConfig {
 	return CutoverConfig{
 		Logging: defaultLogging(),
-		Slot:    "walrelay", Publication: "walrelay", Tables: []string{"public.outbox"}, CreatePublication: true,
-		Timeout: 10 * time.Minute, PollInterval: time.Second, StallWarning: time.Minute, Nudge: true,
+		CutoverOptions: operator.CutoverOptions{Slot: "walrelay", Publication: "walrelay", Tables: []string{"public.outbox"},
+			CreatePublication: true, Timeout: 10 * time.Minute, PollInterval: time.Second, StallWarning: time.Minute, Nudge: true},
 	}
 }
 
@@ -72,7 +38,7 @@ func (c *CutoverConfig) settings() []setting {
 		setting{name: "timeout", group: GroupCutover, usage: "how long to wait for --from-slot to confirm walrelay's start", value: durVal{&c.Timeout}},
 		setting{name: "poll-interval", group: GroupCutover, usage: "how often both slots are read", value: durVal{&c.PollInterval}},
 		setting{name: "stall-warning", group: GroupCutover, usage: "how long --from-slot may stand still before a hint is printed", value: durVal{&c.StallWarning}},
-		setting{name: "nudge", group: GroupCutover, usage: "write one transactional logical message with prefix " + CutoverNudgePrefix + " after creating the slot (moves Debezium's slot on an idle database)", value: boolVal{&c.Nudge}},
+		setting{name: "nudge", group: GroupCutover, usage: "write one transactional logical message with prefix " + operator.CutoverNudgePrefix + " after creating the slot (moves Debezium's slot on an idle database)", value: boolVal{&c.Nudge}},
 		setting{name: "drop-from-slot", group: GroupCutover, usage: "drop --from-slot (after checking it is inactive and confirmed at or past --start-lsn) instead of waiting", value: boolVal{&c.DropFromSlot}},
 		setting{name: "start-lsn", group: GroupCutover, usage: "with --drop-from-slot: walrelay's start LSN printed by the first cutover run (default: walrelay's slot's confirmed position)", value: lsnVal{&c.StartLSN}},
 	)
@@ -106,5 +72,12 @@ func (c CutoverConfig) Validate() error {
 // Replication is the replication configuration of walrelay's slot.
 func (c CutoverConfig) Replication() replication.Config {
 	return replication.Config{DSN: c.PostgresDSN, Slot: c.Slot, Publication: c.Publication, Tables: c.Tables,
-		NoCreatePublication: !c.CreatePublication, PasswordSource: c.PasswordSource()}
+		NoCreatePublication: !c.CreatePublication, PasswordSource: c.Postgres.PasswordSource()}
+}
+
+// Cutover is cutover's options for this configuration.
+func (c CutoverConfig) Cutover() operator.CutoverOptions {
+	o := c.CutoverOptions
+	o.DSN, o.PasswordSource = c.PostgresDSN, c.Postgres.PasswordSource()
+	return o
 }

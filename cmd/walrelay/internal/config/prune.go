@@ -5,16 +5,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 
 	"github.com/walrelay/walrelay/replication"
 )
-
-// MinPruneAge is the smallest --older-than that prune accepts. A row younger
-// than that may belong to an event walrelay has not relayed yet; the event is
-// safe in the WAL while the slot holds it, but the row is the only copy left
-// to re-send it from should the slot be lost.
-const MinPruneAge = time.Hour
 
 // PruneConfig is what `walrelay prune` needs.
 type PruneConfig struct {
@@ -23,7 +17,7 @@ type PruneConfig struct {
 	// Table is the outbox table, schema.name (default public.outbox).
 	Table string
 	// OlderThan is the age beyond which rows go; required, at least
-	// MinPruneAge.
+	// operator.MinPruneAge.
 	OlderThan time.Duration
 	// BatchSize is the number of rows deleted per transaction (default
 	// 10000).
@@ -34,7 +28,7 @@ type PruneConfig struct {
 	// DryRun counts what would go and changes nothing.
 	DryRun bool
 	// Slot is walrelay's replication slot: a row goes only once the slot
-	// confirmed its transaction (relay.PruneGuard), unless Force.
+	// confirmed its transaction (operator.PruneGuard), unless Force.
 	Slot  string
 	Force bool
 	// Kafka holds the Kafka settings (brokers, security, topic template,
@@ -49,7 +43,7 @@ type PruneConfig struct {
 // set; OlderThan has no default.
 func DefaultPruneConfig() PruneConfig {
 	return PruneConfig{Logging: defaultLogging(), Table: "public.outbox", BatchSize: 10000, CreatedAtColumn: "created_at",
-		Slot: "walrelay", Kafka: Defaults(), RecoveryMargin: relay.DefaultRecoveryMargin}
+		Slot: "walrelay", Kafka: Defaults(), RecoveryMargin: operator.DefaultRecoveryMargin}
 }
 
 // pruneKafkaKeys are the settings of walrelay run that prune takes to find
@@ -93,7 +87,7 @@ func (c PruneConfig) Validate() error {
 	switch {
 	case c.OlderThan == 0:
 		return invalid("older-than", "required (e.g. 72h or 3d)")
-	case c.OlderThan < MinPruneAge:
+	case c.OlderThan < operator.MinPruneAge:
 		return invalid("older-than", "%v is below the minimum of 1h: rows that recent may belong to events walrelay "+
 			"has not relayed yet; their events are safe in the WAL while the slot holds it, but the rows are the "+
 			"only copy to re-send them from should the slot be lost or recreated", c.OlderThan)
@@ -126,12 +120,16 @@ func (c PruneConfig) deliveredConfig() Config {
 	return k
 }
 
-// DeliveredOptions are the runtime's options that relay.LastDelivered
-// reads the last delivered event with; ok is false without Kafka brokers.
-func (c PruneConfig) DeliveredOptions(log *slog.Logger) (opts relay.Options, ok bool, err error) {
+// Prune is prune's options for this configuration: with Kafka brokers, the
+// runtime's options that operator.LastDelivered reads the last delivered
+// event with; log is their logger.
+func (c PruneConfig) Prune(log *slog.Logger) (operator.PruneOptions, error) {
+	o := operator.PruneOptions{DSN: c.PostgresDSN, PasswordSource: c.PasswordSource(), Table: c.Table, OlderThan: c.OlderThan, BatchSize: c.BatchSize,
+		TimeColumn: c.CreatedAtColumn, DryRun: c.DryRun, Slot: c.Slot, Force: c.Force, RecoveryMargin: c.RecoveryMargin}
 	if len(c.Kafka.KafkaBrokers) == 0 {
-		return relay.Options{}, false, nil
+		return o, nil
 	}
-	opts, err = c.deliveredConfig().Relay(log)
-	return opts, err == nil, err
+	d, err := c.deliveredConfig().Relay(log)
+	o.Delivered = &d
+	return o, err
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -28,7 +29,7 @@ type RedriveConfig struct {
 // DefaultRedriveConfig returns the redrive configuration used when nothing
 // is set.
 func DefaultRedriveConfig() RedriveConfig {
-	return RedriveConfig{Config: Defaults(), Group: relay.DefaultRedriveGroup}
+	return RedriveConfig{Config: Defaults(), Group: operator.DefaultRedriveGroup}
 }
 
 func (c *RedriveConfig) settings() []setting {
@@ -69,6 +70,6 @@ func (c RedriveConfig) Validate() error {
 }
 
 // RedriveOptions are the redrive's selection and group.
-func (c RedriveConfig) RedriveOptions() relay.RedriveOptions {
-	return relay.RedriveOptions{Reasons: c.Reasons, Topics: c.IntendedTopics, Since: c.Since, Until: c.Until, Group: c.Group, DryRun: c.DryRun}
+func (c RedriveConfig) RedriveOptions() operator.RedriveOptions {
+	return operator.RedriveOptions{Reasons: c.Reasons, Topics: c.IntendedTopics, Since: c.Since, Until: c.Until, Group: c.Group, DryRun: c.DryRun}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 // Progress displays of a replay (--progress).
@@ -53,7 +53,7 @@ type ReplayConfig struct {
 // DefaultReplayConfig returns the replay configuration used when nothing is
 // set.
 func DefaultReplayConfig() ReplayConfig {
-	return ReplayConfig{Config: Defaults(), RecoveryMargin: relay.DefaultRecoveryMargin, Progress: ProgressAuto, ProgressInterval: 10 * time.Second}
+	return ReplayConfig{Config: Defaults(), RecoveryMargin: operator.DefaultRecoveryMargin, Progress: ProgressAuto, ProgressInterval: 10 * time.Second}
 }
 
 func (c *ReplayConfig) settings() []setting {
@@ -118,9 +118,9 @@ func (c ReplayConfig) Validate() error {
 
 // ReplayOptions are the replay's options (the selection, the time column,
 // the rate, the resume token and the id).
-func (c ReplayConfig) ReplayOptions() relay.ReplayOptions {
-	return relay.ReplayOptions{
-		Selection: relay.ReplaySelection{Since: c.Since, Until: c.Until, IDs: c.EventIDs, AggregateTypes: c.AggregateTypes,
+func (c ReplayConfig) ReplayOptions() operator.ReplayOptions {
+	return operator.ReplayOptions{
+		Selection: operator.ReplaySelection{Since: c.Since, Until: c.Until, IDs: c.EventIDs, AggregateTypes: c.AggregateTypes,
 			AggregateIDs: c.AggregateIDs, EventTypes: c.EventTypes},
 		TimeColumn: c.CreatedAtColumn, Rate: c.Rate, DryRun: c.DryRun, Resume: c.Resume, ID: c.ReplayID,
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/operator"
 )
 
 func TestParseTime(t *testing.T) {
@@ -67,8 +67,8 @@ func TestReplayConfig(t *testing.T) {
 	if err != nil || opts.Sink.Topic != "orders.{event_type}" || opts.ExactlyOnce == nil || opts.ExactlyOnce.TransactionalID != "walrelay-walrelay" {
 		t.Errorf("runtime options from run's settings: %+v, %v", opts, err)
 	}
-	if cfg.RecoveryMargin != relay.DefaultRecoveryMargin {
-		t.Errorf("recovery margin %v, want the library's default %v", cfg.RecoveryMargin, relay.DefaultRecoveryMargin)
+	if cfg.RecoveryMargin != operator.DefaultRecoveryMargin {
+		t.Errorf("recovery margin %v, want the library's default %v", cfg.RecoveryMargin, operator.DefaultRecoveryMargin)
 	}
 	for _, c := range []struct {
 		args []string
@@ -107,7 +107,7 @@ func TestRedriveConfig(t *testing.T) {
 	}
 	ro := cfg.RedriveOptions()
 	if !slices.Equal(ro.Reasons, []string{"topic_refused"}) || !slices.Equal(ro.Topics, []string{"a.b"}) || ro.Since.IsZero() ||
-		ro.Group != relay.DefaultRedriveGroup || cfg.Sink().DeadLetterTopic() != "dead" {
+		ro.Group != operator.DefaultRedriveGroup || cfg.Sink().DeadLetterTopic() != "dead" {
 		t.Errorf("redrive options %+v", ro)
 	}
 	for _, c := range []struct {

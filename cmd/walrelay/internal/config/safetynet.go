@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -34,7 +35,7 @@ type SafetyNet struct {
 const DefaultOutboxSpanInterval = time.Minute
 
 func defaultSafetyNet() SafetyNet {
-	return SafetyNet{CreatedAtColumn: relay.DefaultReplayTimeColumn, OutboxSpanInterval: DefaultOutboxSpanInterval}
+	return SafetyNet{CreatedAtColumn: operator.DefaultReplayTimeColumn, OutboxSpanInterval: DefaultOutboxSpanInterval}
 }
 
 func (s *SafetyNet) safetyNetSettings() []setting {

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -11,35 +11,56 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
+	"github.com/walrelay/walrelay/migrations"
 	"github.com/walrelay/walrelay/replication"
 )
 
-const cutoverUsage = `Usage: walrelay cutover --from-slot <debezium slot> [flags]
+// CutoverNudgePrefix is the prefix of the one transactional logical message
+// Cutover writes after creating walrelay's slot. Debezium only confirms its
+// slot on an offset commit after it emitted a record (a change or a
+// heartbeat), so on an idle database its slot stays below walrelay's start
+// unless a transaction after it arrives; this message is that transaction.
+// Debezium turns a logical message into a record on <topic.prefix>.message
+// unless message.prefix.exclude.list names the prefix. walrelay itself
+// counts it as a foreign message.
+const CutoverNudgePrefix = "walrelay.cutover"
 
-Takes over from a running Debezium outbox connector without a gap:
-  1. creates walrelay's publication (when missing) and slot, and prints its start LSN;
-  2. waits until --from-slot has confirmed that position (Debezium delivered and
-     committed everything before it), printing both positions; it stops with
-     exit 1 if walrelay's slot is dropped, invalidated or moved meanwhile;
-  3. says it is safe to stop Debezium and exits 0. It stops nothing itself.
-Then stop Debezium, start walrelay run with the same --slot/--publication/--table
-and --create-slot=false, and drop Debezium's slot with
-  walrelay cutover --from-slot <debezium slot> --drop-from-slot --start-lsn <printed LSN>
-which refuses while Debezium runs or walrelay's slot is missing or invalidated.
-Events committed between walrelay's start and Debezium's stop arrive twice:
-consumers deduplicate on the id header. See docs/migrating-from-debezium.md.
-`
+// CutoverOptions are what Cutover and DropFromSlot need.
+type CutoverOptions struct {
+	DSN string
+	// PasswordSource supplies the password of every connection to DSN (nil:
+	// the DSN's); see replication.PasswordSource.
+	PasswordSource replication.PasswordSource
+	// Slot, Publication and Tables are walrelay's, as walrelay run gets
+	// them; CreatePublication creates the publication when missing.
+	Slot              string
+	Publication       string
+	Tables            []string
+	CreatePublication bool
+	// FromSlot is the slot of the system walrelay replaces (Debezium's
+	// slot.name). Required.
+	FromSlot string
+	// Timeout bounds the wait for FromSlot to reach walrelay's start.
+	Timeout time.Duration
+	// PollInterval is how often both slots are read.
+	PollInterval time.Duration
+	// StallWarning is how long FromSlot may stay still before Cutover says
+	// what usually keeps it there (0: never).
+	StallWarning time.Duration
+	// Nudge writes one transactional logical message (CutoverNudgePrefix)
+	// after walrelay's slot exists, so an idle database has a transaction
+	// past walrelay's start that FromSlot can confirm.
+	Nudge bool
+	// StartLSN is walrelay's start (the consistent point the first Cutover
+	// printed), for DropFromSlot. Zero: walrelay's slot's confirmed
+	// position, which is at or past its start.
+	StartLSN pglogrepl.LSN
+}
 
-// cutoverCommand is `walrelay cutover`.
-func cutoverCommand(ctx context.Context, cfg config.CutoverConfig, c *call) int {
-	var err error
-	if cfg.DropFromSlot {
-		err = DropFromSlot(ctx, cfg, c.stdout)
-	} else {
-		err = Cutover(ctx, cfg, c.stdout)
-	}
-	return c.result("cutover failed", err, "slot", cfg.Slot, "from_slot", cfg.FromSlot)
+// replication is the replication configuration of walrelay's slot.
+func (o CutoverOptions) replication() replication.Config {
+	return replication.Config{DSN: o.DSN, Slot: o.Slot, Publication: o.Publication, Tables: o.Tables,
+		NoCreatePublication: !o.CreatePublication, PasswordSource: o.PasswordSource}
 }
 
 // cutoverSlot is what cutover reads of a replication slot.
@@ -190,9 +211,9 @@ func cutoverProgress(from string, s cutoverSlot, start pglogrepl.LSN, still time
 // nextSteps is what cutover prints once it is safe: the commands to run,
 // with the walrelay run flags the outbox needs (layout is the tables'
 // column layout, "debezium" for Debezium's).
-func nextSteps(cfg config.CutoverConfig, start pglogrepl.LSN, layout string) string {
+func nextSteps(cfg CutoverOptions, start pglogrepl.LSN, layout string) string {
 	run := fmt.Sprintf("walrelay run --slot %s --publication %s", cfg.Slot, cfg.Publication)
-	if tables := strings.Join(cfg.Tables, ","); tables != strings.Join(config.DefaultCutoverConfig().Tables, ",") {
+	if tables := strings.Join(cfg.Tables, ","); tables != migrations.DefaultTable {
 		run += " --table " + tables
 	}
 	if layout == "debezium" {
@@ -240,23 +261,23 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 			"(walrelay run --slot %s --create-slot=false --publication <Debezium's publication.name> --create-publication=false); "+
 			"see docs/migrating-from-debezium.md", from, from)
 	}
-	nudge := "the " + config.CutoverNudgePrefix + " message this command wrote"
+	nudge := "the " + CutoverNudgePrefix + " message this command wrote"
 	if !nudged {
 		nudge = "a transaction after walrelay's start (--nudge writes one)"
 	}
 	return fmt.Sprintf("hint: %s has not moved. Debezium confirms its slot only when Kafka Connect commits offsets "+
 		"(offset.flush.interval.ms) after it emitted a record since the last commit; on an idle database that needs "+
 		"heartbeat.interval.ms > 0 on the connector (e.g. 10000) and %s; set message.prefix.exclude.list=%s "+
-		"so that the message yields no record", from, nudge, config.CutoverNudgePrefix)
+		"so that the message yields no record", from, nudge, CutoverNudgePrefix)
 }
 
 // Cutover creates walrelay's slot (and publication), then waits until
 // cfg.FromSlot has confirmed the slot's start, printing progress to out. It
 // returns nil when it is safe to stop the old system. It changes nothing but
 // walrelay's publication and slot (and writes the nudge message).
-func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
+func Cutover(ctx context.Context, cfg CutoverOptions, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
+	conn, err := replication.Connect(cctx, cfg.DSN, cfg.PasswordSource)
 	cancel()
 	if err != nil {
 		return err
@@ -272,7 +293,7 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 	}
 	fmt.Fprintf(out, "%s: plugin %s, confirmed %s, active %v\n", cfg.FromSlot, from.Plugin, from.Confirmed, from.Active)
 
-	rc, err := replication.Open(ctx, cfg.Replication())
+	rc, err := replication.Open(ctx, cfg.replication())
 	if err != nil {
 		return fmt.Errorf("create walrelay's slot: %w", err)
 	}
@@ -288,7 +309,7 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 	}
 	if cfg.Nudge {
 		// One transaction past walrelay's start for Debezium to confirm.
-		if _, err := replication.EmitMessage(ctx, replication.NewQuerier(conn), config.CutoverNudgePrefix, start.String()); err != nil {
+		if _, err := replication.EmitMessage(ctx, replication.NewQuerier(conn), CutoverNudgePrefix, start.String()); err != nil {
 			return fmt.Errorf("write the nudge message: %w", err)
 		}
 	}
@@ -347,10 +368,10 @@ func Cutover(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error
 // DropFromSlot drops cfg.FromSlot after a second check: it must be inactive
 // (the old system stopped) and confirmed at or past walrelay's start, and
 // walrelay's slot must still exist and be valid (checkOwnSlot).
-func DropFromSlot(ctx context.Context, cfg config.CutoverConfig, out io.Writer) error {
+func DropFromSlot(ctx context.Context, cfg CutoverOptions, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
+	conn, err := replication.Connect(cctx, cfg.DSN, cfg.PasswordSource)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/retry"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -132,6 +134,7 @@ func (e *NothingToReplayError) Error() string { return "nothing to replay: " + e
 // replayProducer is the sink as a replay uses it.
 type replayProducer interface {
 	producer
+	Send(ctx context.Context, r sink.Record, done func(error))
 	Ping(ctx context.Context) error
 	Flush(ctx context.Context) error
 	InitProducer(ctx context.Context) error
@@ -156,7 +159,7 @@ var replaySinkHook func(cfg sink.Config, opts ...sink.Option) (replayProducer, e
 // for what it sent, and returns a result with ResumeToken and a nil error.
 // On a failure it returns the error and, when rows were acknowledged, a
 // ResumeToken too. Nothing to send at all is a *NothingToReplayError.
-func Replay(ctx context.Context, opts Options, ro ReplayOptions) (ReplayResult, error) {
+func Replay(ctx context.Context, opts relay.Options, ro ReplayOptions) (ReplayResult, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -168,7 +171,7 @@ func Replay(ctx context.Context, opts Options, ro ReplayOptions) (ReplayResult, 
 }
 
 type replayer struct {
-	opts Options
+	opts relay.Options
 	ro   ReplayOptions
 	log  *slog.Logger
 	tok  replayToken
@@ -180,7 +183,7 @@ type replayer struct {
 	started                                    time.Time
 }
 
-func newReplayer(opts Options, ro ReplayOptions) (*replayer, error) {
+func newReplayer(opts relay.Options, ro ReplayOptions) (*replayer, error) {
 	if ro.TimeColumn == "" {
 		ro.TimeColumn = DefaultReplayTimeColumn
 	}
@@ -190,26 +193,26 @@ func newReplayer(opts Options, ro ReplayOptions) (*replayer, error) {
 	if ro.ProgressInterval <= 0 {
 		ro.ProgressInterval = time.Second
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	switch {
 	case ro.Rate < 0:
-		return nil, &OptionError{Option: "Rate", Err: errors.New("must not be negative")}
+		return nil, &relay.OptionError{Option: "Rate", Err: errors.New("must not be negative")}
 	case !ro.Selection.Since.IsZero() && !ro.Selection.Until.IsZero() && !ro.Selection.Since.Before(ro.Selection.Until):
-		return nil, &OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
+		return nil, &relay.OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
 			ro.Selection.Since.UTC().Format(time.RFC3339), ro.Selection.Until.UTC().Format(time.RFC3339))}
 	}
 	if err := replication.ValidateIdentifier(ro.TimeColumn); err != nil {
-		return nil, &OptionError{Option: "TimeColumn", Err: err}
+		return nil, &relay.OptionError{Option: "TimeColumn", Err: err}
 	}
 	if len(opts.Decoder.Tables) == 0 {
 		return nil, &NothingToReplayError{Reason: fmt.Sprintf("walrelay reads a tableless outbox (logical messages with prefix %q): "+
 			"its events were never rows of a table, so no row can be published again", opts.Decoder.MessagePrefix)}
 	}
-	opts.Decoder.HeartbeatPrefix = HeartbeatPrefix
+	opts.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
 	if _, err := decoder.New(opts.Decoder); err != nil {
-		return nil, &OptionError{Option: "Decoder", Err: err}
+		return nil, &relay.OptionError{Option: "Decoder", Err: err}
 	}
 	r := &replayer{opts: opts, ro: ro, log: opts.Logger, sel: ro.Selection}
 	names := make([]string, len(opts.Decoder.Tables))
@@ -270,7 +273,7 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 }
 
 func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
-	conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay replay")
+	conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay replay", r.opts.Replication.PasswordSource)
 	if err != nil {
 		return r.res, err
 	}
@@ -604,7 +607,7 @@ func (r *replayer) waitRate(ctx context.Context, next *time.Time) error {
 		*next = now // no burst after a stall
 	}
 	*next = next.Add(time.Duration(float64(time.Second) / r.ro.Rate))
-	return sleep(ctx, next.Sub(now))
+	return retry.Sleep(ctx, next.Sub(now))
 }
 
 // reportProgress calls ro.Progress every interval until the returned
@@ -645,18 +648,19 @@ func (r *replayer) progress() ReplayProgress {
 	return p
 }
 
-// connectPlain opens an ordinary connection to dsn.
-func connectPlain(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
+// connectPlain opens an ordinary connection to dsn with src's password
+// (nil: the DSN's).
+func connectPlain(ctx context.Context, dsn, app string, src replication.PasswordSource) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &OptionError{Option: "Replication.DSN", Err: err}
+		return nil, &relay.OptionError{Option: "Replication.DSN", Err: err}
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = app
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := replication.ConnectPgx(cctx, cfg, src)
 	if err != nil {
 		return nil, replication.ExplainConnect(err, &cfg.Config, false)
 	}

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/pgtest"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 // TestRedriveStoredShape: a dead letter whose row is gone is sent only when
@@ -36,7 +38,7 @@ func TestRedriveStoredShape(t *testing.T) {
 		{name: "envelope_expanded", cols: func(c *decoder.Columns) { c.Envelope = []decoder.EnvelopeColumn{{Column: "aggregate_id"}} },
 			value: sink.JSONValue{ExpandPayload: true}, values: true, cause: "envelope"},
 		{name: "partition", create: func(t *testing.T, dsn, table string) {
-			createOutbox(t, dsn, table)
+			relaytest.CreateOutbox(t, dsn, table)
 			pgtest.Connect(t, dsn).Exec("ALTER TABLE " + table + " ADD COLUMN part integer DEFAULT 0")
 		}, cols: func(c *decoder.Columns) { c.Partition = "part" }, cause: "partition column part"},
 		{name: "expanded", value: sink.JSONValue{ExpandPayload: true}, values: true},
@@ -51,9 +53,9 @@ func TestRedriveStoredShape(t *testing.T) {
 			name := "redrive_shape_" + tc.name
 			create := tc.create
 			if create == nil {
-				create = createOutbox
+				create = relaytest.CreateOutbox
 			}
-			f := newReplayFixtureOn(t, name, cluster, create, func(o *Options) {
+			f := newReplayFixtureOn(t, name, cluster, create, func(o *relay.Options) {
 				o.Sink.Topic = name + ".{event_type}"
 				table := o.Decoder.Tables[0].Schema + "." + o.Decoder.Tables[0].Name
 				if tc.cols != nil {
@@ -70,10 +72,10 @@ func TestRedriveStoredShape(t *testing.T) {
 			payload := `'{"n": 1, "gone": null}'`
 			f.txn(t, [4]string{"a", "ok", payload, `'{}'`})
 			gone := f.txn(t, [4]string{"a", "refused", payload, `'{}'`})[0]
-			ran := consumeAll(t, cluster.ListenAddrs(), name+".ok", 1)[0]
-			consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+			ran := relaytest.ConsumeAll(t, cluster.ListenAddrs(), name+".ok", 1)[0]
+			relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
 			allow()
-			f.pg.Exec("DELETE FROM "+f.table+" WHERE id = $1", gone)
+			f.PG.Exec("DELETE FROM "+f.table+" WHERE id = $1", gone)
 
 			var listed []RedriveItem
 			dry, err := Redrive(ctx, f.opts, RedriveOptions{DryRun: true, OnRecord: func(it RedriveItem) { listed = append(listed, it) }})
@@ -92,13 +94,13 @@ func TestRedriveStoredShape(t *testing.T) {
 					t.Fatalf("redrive %+v: want the dead letter dead-lettered again, nothing sent", res)
 				}
 				var again *kgo.Record
-				for _, r := range consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 2) {
-					if headerValue(r, sink.HeaderDLQAttempts) != "" {
+				for _, r := range relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 2) {
+					if relaytest.HeaderValue(r, sink.HeaderDLQAttempts) != "" {
 						again = r
 					}
 				}
-				if again == nil || headerValue(again, sink.HeaderID) != gone || headerValue(again, sink.HeaderDLQAttempts) != "1" ||
-					!strings.Contains(headerValue(again, sink.HeaderDLQError), tc.cause) {
+				if again == nil || relaytest.HeaderValue(again, sink.HeaderID) != gone || relaytest.HeaderValue(again, sink.HeaderDLQAttempts) != "1" ||
+					!strings.Contains(relaytest.HeaderValue(again, sink.HeaderDLQError), tc.cause) {
 					t.Fatalf("dead-lettered again: %+v, want %s with attempts 1 and the cause naming the %s", again, gone, tc.cause)
 				}
 				return
@@ -109,9 +111,9 @@ func TestRedriveStoredShape(t *testing.T) {
 			if res.Sent != 1 || res.FromRow != 0 || res.DeadLettered != 0 {
 				t.Fatalf("redrive %+v: want the dead letter sent from the stored record", res)
 			}
-			got := consumeAll(t, cluster.ListenAddrs(), name+".refused", 1)[0]
-			if string(got.Value) != string(ran.Value) || headerValue(got, sink.HeaderID) != gone {
-				t.Errorf("redriven %s value %s, want %s as run wrote the same payload", headerValue(got, sink.HeaderID), got.Value, ran.Value)
+			got := relaytest.ConsumeAll(t, cluster.ListenAddrs(), name+".refused", 1)[0]
+			if string(got.Value) != string(ran.Value) || relaytest.HeaderValue(got, sink.HeaderID) != gone {
+				t.Errorf("redriven %s value %s, want %s as run wrote the same payload", relaytest.HeaderValue(got, sink.HeaderID), got.Value, ran.Value)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 // refuseTopics makes cluster refuse to create topics with suffix (policy
@@ -49,25 +51,25 @@ func TestRedrive(t *testing.T) {
 	}
 	defer cluster.Close()
 	allow := refuseTopics(cluster, ".refused")
-	f := newReplayFixtureOn(t, "redrive", cluster, createOutbox, func(o *Options) { o.Sink.Topic = "redrive.{event_type}" })
+	f := newReplayFixtureOn(t, "redrive", cluster, relaytest.CreateOutbox, func(o *relay.Options) { o.Sink.Topic = "redrive.{event_type}" })
 	ctx := context.Background()
 	f.txn(t, [4]string{"a", "ok", `'{}'`, `'{}'`})
 	refusedKept := f.txn(t, [4]string{"a", "refused", `'{"kept": true}'`, `'{"traceparent": "t1"}'`}, [4]string{"b", "refused", `'{"n": 2}'`, `'{}'`})
 	refusedGone := f.txn(t, [4]string{"c", "refused", `'{"gone": true}'`, `'{"traceparent": "t2"}'`})
 	emptyFixed := f.txn(t, [4]string{"", "ok", `'{"fixed": true}'`, `'{}'`})
 	emptyGone := f.txn(t, [4]string{"", "ok", `'{"fixed": false}'`, `'{}'`})
-	dlq := consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 5)
-	consumeAll(t, cluster.ListenAddrs(), "redrive.ok", 1)
+	dlq := relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 5)
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive.ok", 1)
 	byID := map[string]*kgo.Record{}
 	for _, r := range dlq {
-		byID[headerValue(r, sink.HeaderID)] = r
+		byID[relaytest.HeaderValue(r, sink.HeaderID)] = r
 	}
 
 	// The causes: the topic policy is lifted, one empty key fixed in its
 	// row; two rows are gone.
 	allow()
-	f.pg.Exec("UPDATE "+f.table+" SET aggregate_id = 'fixed' WHERE id = $1", emptyFixed[0])
-	f.pg.Exec("DELETE FROM "+f.table+" WHERE id = ANY($1::uuid[])", []string{refusedGone[0], emptyGone[0]})
+	f.PG.Exec("UPDATE "+f.table+" SET aggregate_id = 'fixed' WHERE id = $1", emptyFixed[0])
+	f.PG.Exec("DELETE FROM "+f.table+" WHERE id = ANY($1::uuid[])", []string{refusedGone[0], emptyGone[0]})
 
 	// A dry run lists, sends and commits nothing.
 	var listed []RedriveItem
@@ -82,22 +84,22 @@ func TestRedrive(t *testing.T) {
 	}
 
 	// Only topic_refused first: the empty keys are left for later.
-	res, err := Redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(ReasonTopicRefused)}})
+	res, err := Redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(relay.ReasonTopicRefused)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Selected != 3 || res.Sent != 3 || res.FromRow != 2 || res.Left != 2 || res.DeadLettered != 0 {
 		t.Fatalf("redrive of topic_refused: %+v, want 3 sent (2 from rows), 2 left", res)
 	}
-	got := consumeAll(t, cluster.ListenAddrs(), "redrive.refused", 3)
+	got := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive.refused", 3)
 	for _, r := range got {
-		id := headerValue(r, sink.HeaderID)
+		id := relaytest.HeaderValue(r, sink.HeaderID)
 		d := byID[id]
-		if d == nil || string(r.Value) != string(d.Value) || string(r.Key) != string(d.Key) || headerValue(r, sink.HeaderLSN) != headerValue(d, sink.HeaderLSN) ||
-			headerValue(r, sink.HeaderXID) != headerValue(d, sink.HeaderXID) || headerValue(r, sink.HeaderDLQReason) != "" || !r.Timestamp.Equal(d.Timestamp) {
+		if d == nil || string(r.Value) != string(d.Value) || string(r.Key) != string(d.Key) || relaytest.HeaderValue(r, sink.HeaderLSN) != relaytest.HeaderValue(d, sink.HeaderLSN) ||
+			relaytest.HeaderValue(r, sink.HeaderXID) != relaytest.HeaderValue(d, sink.HeaderXID) || relaytest.HeaderValue(r, sink.HeaderDLQReason) != "" || !r.Timestamp.Equal(d.Timestamp) {
 			t.Errorf("redriven %s: key %q value %q headers %v; dead letter key %q value %q headers %v", id, r.Key, r.Value, r.Headers, d.Key, d.Value, d.Headers)
 		}
-		if id == refusedKept[0] && headerValue(r, "traceparent") != "t1" || id == refusedGone[0] && headerValue(r, "traceparent") != "t2" {
+		if id == refusedKept[0] && relaytest.HeaderValue(r, "traceparent") != "t1" || id == refusedGone[0] && relaytest.HeaderValue(r, "traceparent") != "t2" {
 			t.Errorf("redriven %s lost its traceparent header: %v", id, r.Headers)
 		}
 	}
@@ -110,23 +112,23 @@ func TestRedrive(t *testing.T) {
 	if res.Selected != 2 || res.Sent != 1 || res.FromRow != 1 || res.DeadLettered != 1 || res.Left != 0 {
 		t.Fatalf("second redrive: %+v, want 1 sent from its row and 1 dead-lettered again", res)
 	}
-	fixed := consumeAll(t, cluster.ListenAddrs(), "redrive.ok", 2)
-	if k := fixed[1].Key; string(k) != "fixed" || headerValue(fixed[1], sink.HeaderID) != emptyFixed[0] {
-		t.Errorf("redrive.ok holds %s with key %q, want the fixed row %s", headerValue(fixed[1], sink.HeaderID), k, emptyFixed[0])
+	fixed := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive.ok", 2)
+	if k := fixed[1].Key; string(k) != "fixed" || relaytest.HeaderValue(fixed[1], sink.HeaderID) != emptyFixed[0] {
+		t.Errorf("redrive.ok holds %s with key %q, want the fixed row %s", relaytest.HeaderValue(fixed[1], sink.HeaderID), k, emptyFixed[0])
 	}
 	var again *kgo.Record
-	for _, r := range consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 6) {
-		if headerValue(r, sink.HeaderDLQAttempts) != "" {
+	for _, r := range relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 6) {
+		if relaytest.HeaderValue(r, sink.HeaderDLQAttempts) != "" {
 			again = r
 		}
 	}
 	if again == nil {
 		t.Fatal("no record dead-lettered again")
 	}
-	if headerValue(again, sink.HeaderID) != emptyGone[0] || headerValue(again, sink.HeaderDLQAttempts) != "1" ||
-		headerValue(again, sink.HeaderDLQReason) != string(ReasonEmptyAggregateID) {
-		t.Errorf("dead-lettered again: %s attempts %q reason %q", headerValue(again, sink.HeaderID), headerValue(again, sink.HeaderDLQAttempts),
-			headerValue(again, sink.HeaderDLQReason))
+	if relaytest.HeaderValue(again, sink.HeaderID) != emptyGone[0] || relaytest.HeaderValue(again, sink.HeaderDLQAttempts) != "1" ||
+		relaytest.HeaderValue(again, sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
+		t.Errorf("dead-lettered again: %s attempts %q reason %q", relaytest.HeaderValue(again, sink.HeaderID), relaytest.HeaderValue(again, sink.HeaderDLQAttempts),
+			relaytest.HeaderValue(again, sink.HeaderDLQReason))
 	}
 
 	// Nothing is sent twice; the one still failing is tried once more.
@@ -137,7 +139,7 @@ func TestRedrive(t *testing.T) {
 	if res.Sent != 0 || res.Selected != 1 || res.DeadLettered != 1 {
 		t.Fatalf("third redrive: %+v, want nothing sent and the dead letter tried again", res)
 	}
-	if n := len(consumeAll(t, cluster.ListenAddrs(), "redrive.refused", 3)); n != 3 {
+	if n := len(relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive.refused", 3)); n != 3 {
 		t.Errorf("redrive.refused holds %d records after three redrives, want 3", n)
 	}
 }
@@ -176,9 +178,9 @@ func TestRedriveWaitsForTheGroupCoordinator(t *testing.T) {
 	}
 	defer cluster.Close()
 	allow := refuseTopics(cluster, ".refused")
-	f := newReplayFixtureOn(t, "redrive_coord", cluster, createOutbox, func(o *Options) { o.Sink.Topic = "redrive_coord.{event_type}" })
+	f := newReplayFixtureOn(t, "redrive_coord", cluster, relaytest.CreateOutbox, func(o *relay.Options) { o.Sink.Topic = "redrive_coord.{event_type}" })
 	f.txn(t, [4]string{"a", "refused", `'{}'`, `'{}'`})
-	consumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
 	allow()
 	var mu sync.Mutex
 	unavailable := 0

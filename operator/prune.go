@@ -1,16 +1,14 @@
-package main
+package operator
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -18,51 +16,6 @@ import (
 // partitionLockTimeout bounds how long dropping a partition waits for its
 // lock on the outbox table; inserts queue behind a waiting DROP.
 const partitionLockTimeout = "10s"
-
-const pruneUsage = `Usage: walrelay prune --older-than AGE [flags]
-
-Deletes outbox rows whose created_at is older than AGE, --batch-size rows per
-transaction, until none is left. For a table partitioned by day (the optional
-migrations/partitioned file), it drops the daily partitions whose day ended
-before the cutoff with walrelay.outbox_drop_partitions, then deletes the old
-rows of the default partition.
-
-Pruning only deletes rows. Each row's event went into the WAL when the row was
-inserted, and walrelay reads events from the WAL, not from the table: deleting
-a row neither retracts its event nor sends it again. The rows are kept for
-inspection and as the only copy to re-send from (walrelay replay) should the
-replication slot be lost; this is why AGE must be at least 1h.
-
-The guard: however old, a row goes only once --slot has confirmed its
-transaction (its xmin is older than the slot's catalog_xmin, which Postgres
-advances only past positions walrelay confirmed after Kafka acknowledged
-them). While the slot is missing or invalidated, rows go only when they are
-older than the last event delivered to Kafka less --recovery-margin, which
-prune finds with --kafka-brokers and the topic settings of walrelay run;
-without them no row goes. prune says how many old rows it kept and why;
---force deletes them too. A daily partition is dropped only when every row in
-it may go (checked under its lock, partition by partition).
-
-AGE is a Go duration (90m, 72h) or days (3d, 1d12h). On a large plain table,
-an index on the created_at column keeps each batch cheap.
-
-Exit codes: 0 done, 1 failure (batches already committed stay deleted),
-2 invalid usage or configuration.
-`
-
-// pruneCommand is `walrelay prune`.
-func pruneCommand(ctx context.Context, cfg config.PruneConfig, c *call) int {
-	res, err := Prune(ctx, cfg, c.log)
-	if err != nil {
-		if err, isConfig := settingError(err); isConfig {
-			c.invalid(err)
-			return ExitConfig
-		}
-		return c.result("prune failed", err, "table", cfg.Table, "rows", res.Rows, "partitions", len(res.Partitions))
-	}
-	fmt.Fprintln(c.stdout, res.String())
-	return ExitOK
-}
 
 // PruneResult is what a prune did, or would do with DryRun.
 type PruneResult struct {
@@ -88,88 +41,78 @@ type PruneResult struct {
 	Forced         bool
 }
 
-// String is the one-line summary prune prints.
-func (r PruneResult) String() string {
-	return r.done() + r.kept()
+// MinPruneAge is the smallest OlderThan that Prune accepts. A row younger
+// than that may belong to an event walrelay has not relayed yet; the event
+// is safe in the WAL while the slot holds it, but the row is the only copy
+// left to re-send it from should the slot be lost.
+const MinPruneAge = time.Hour
+
+// PruneOptions are what Prune needs.
+type PruneOptions struct {
+	DSN string
+	// PasswordSource supplies the password of every connection to DSN (nil:
+	// the DSN's); see replication.PasswordSource.
+	PasswordSource replication.PasswordSource
+	// Table is the outbox table, schema.name.
+	Table string
+	// OlderThan is the age beyond which rows go; at least MinPruneAge.
+	OlderThan time.Duration
+	// BatchSize is the number of rows deleted per transaction.
+	BatchSize int
+	// TimeColumn is the column compared with the cutoff
+	// (DefaultReplayTimeColumn).
+	TimeColumn string
+	// DryRun counts what would go and changes nothing.
+	DryRun bool
+	// Slot is walrelay's replication slot: a row goes only once the slot
+	// confirmed its transaction (PruneGuard), unless Force.
+	Slot  string
+	Force bool
+	// Delivered are the runtime's options that find the last event
+	// delivered when the slot is gone (LastDelivered): then rows older than
+	// it less RecoveryMargin go. Nil: no row goes while the slot is gone.
+	Delivered      *relay.Options
+	RecoveryMargin time.Duration
 }
 
-// kept is what the summary says of the rows the guard kept.
-func (r PruneResult) kept() string {
+// validate checks what Prune relies on.
+func (o PruneOptions) validate() error {
+	bad := func(option, msg string) error { return &relay.OptionError{Option: option, Err: errors.New(msg)} }
 	switch {
-	case r.Forced:
-		return " (--force: unconfirmed rows included)"
-	case r.Kept == 0:
-		return ""
+	case o.OlderThan < MinPruneAge:
+		return bad("OlderThan", "must be at least "+MinPruneAge.String())
+	case o.BatchSize < 1:
+		return bad("BatchSize", "must be positive")
+	case o.RecoveryMargin < 0:
+		return bad("RecoveryMargin", "must not be negative")
 	}
-	verb, parts := "kept", ""
-	if r.DryRun {
-		verb = "would keep"
+	if _, err := replication.ParseTable(o.Table); err != nil {
+		return &relay.OptionError{Option: "Table", Err: err}
 	}
-	if len(r.KeptPartitions) > 0 {
-		parts = fmt.Sprintf(" (and the partitions holding them: %s)", strings.Join(r.KeptPartitions, ", "))
+	if err := replication.ValidateIdentifier(o.TimeColumn); err != nil {
+		return &relay.OptionError{Option: "TimeColumn", Err: err}
 	}
-	return fmt.Sprintf("; %s %d rows older than the cutoff%s: %s; --force deletes them", verb, r.Kept, parts, r.KeptWhy)
+	return nil
 }
 
-// done is the summary of what went.
-func (r PruneResult) done() string {
-	cutoff := r.Cutoff.UTC().Format(time.RFC3339)
-	if !r.Partitioned {
-		if r.DryRun {
-			return fmt.Sprintf("would prune %d rows older than %s from %s (dry run, nothing deleted)", r.Rows, cutoff, r.Table)
-		}
-		return fmt.Sprintf("pruned %d rows older than %s from %s", r.Rows, cutoff, r.Table)
-	}
-	parts := make([]string, len(r.Partitions))
-	for i, p := range r.Partitions {
-		parts[i] = p
-		if r.DryRun && i < len(r.PartitionRows) {
-			parts[i] = fmt.Sprintf("%s: %d rows", p, r.PartitionRows[i])
-		}
-	}
-	list := ""
-	if len(parts) > 0 {
-		list = " (" + strings.Join(parts, ", ") + ")"
-	}
-	def := "no default partition"
-	if r.DefaultPartition != "" {
-		def = fmt.Sprintf("%d rows from the default partition %s", r.Rows, r.DefaultPartition)
-	}
-	if r.DryRun {
-		return fmt.Sprintf("would drop %d partitions%s and prune %s, older than %s, from %s (dry run, nothing deleted)",
-			len(r.Partitions), list, def, cutoff, r.Table)
-	}
-	return fmt.Sprintf("dropped %d partitions%s and pruned %s, older than %s, from %s",
-		len(r.Partitions), list, def, cutoff, r.Table)
-}
-
-// Prune deletes the rows of cfg.Table older than cfg.OlderThan (see
+// Prune deletes the rows of opts.Table older than opts.OlderThan (see
 // `walrelay prune -h`), logging each batch to log, on a connection of its
 // own; it may run concurrently with anything, walrelay included. The cutoff
 // is taken from the server's clock. Every batch commits on its own: after an
 // error, or when ctx is cancelled (which aborts the batch in progress), the
-// result counts what was already done. Invalid configuration is reported as
-// a *config.Error.
-func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (PruneResult, error) {
-	res := PruneResult{Table: cfg.Table, DryRun: cfg.DryRun}
-	if err := cfg.Validate(); err != nil {
+// result counts what was already done. Invalid options are reported as a
+// *relay.OptionError.
+func Prune(ctx context.Context, opts PruneOptions, log *slog.Logger) (PruneResult, error) {
+	res := PruneResult{Table: opts.Table, DryRun: opts.DryRun}
+	if err := opts.validate(); err != nil {
 		return res, err
 	}
-	tn, _ := replication.ParseTable(cfg.Table)
+	tn, _ := replication.ParseTable(opts.Table)
 	res.Table = tn.String()
 
-	pcfg, err := pgx.ParseConfig(cfg.PostgresDSN)
+	conn, err := connectPlain(ctx, opts.DSN, "walrelay prune", opts.PasswordSource)
 	if err != nil {
-		return res, &config.Error{Key: "postgres-dsn", Err: err}
-	}
-	if _, ok := pcfg.RuntimeParams["application_name"]; !ok {
-		pcfg.RuntimeParams["application_name"] = "walrelay prune"
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgx.ConnectConfig(cctx, pcfg)
-	cancel()
-	if err != nil {
-		return res, replication.ExplainConnect(err, &pcfg.Config, false)
+		return res, err
 	}
 	defer conn.Close(context.Background())
 
@@ -188,7 +131,7 @@ func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (Prune
 		  LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid
 		  LEFT JOIN pg_class d ON d.oid = p.partdefid
 		  LEFT JOIN pg_namespace dn ON dn.oid = d.relnamespace
-		 WHERE c.oid = to_regclass($1)`, tn.Quoted(), cfg.CreatedAtColumn).Scan(&kind, &colType, &defNsp, &defRel)
+		 WHERE c.oid = to_regclass($1)`, tn.Quoted(), opts.TimeColumn).Scan(&kind, &colType, &defNsp, &defRel)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, fmt.Errorf("table %s does not exist; set --table", res.Table)
 	}
@@ -199,13 +142,13 @@ func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (Prune
 	case kind != "r" && kind != "p":
 		return res, fmt.Errorf("%s is not a table (relkind %s)", res.Table, kind)
 	case colType == nil:
-		return res, fmt.Errorf("table %s has no column %q; set --created-at-column", res.Table, cfg.CreatedAtColumn)
+		return res, fmt.Errorf("table %s has no column %q; set --created-at-column", res.Table, opts.TimeColumn)
 	case *colType != "timestamp with time zone" && *colType != "timestamp without time zone" && *colType != "date":
-		return res, fmt.Errorf("column %q of %s is %s, not a timestamp; set --created-at-column", cfg.CreatedAtColumn, res.Table, *colType)
+		return res, fmt.Errorf("column %q of %s is %s, not a timestamp; set --created-at-column", opts.TimeColumn, res.Table, *colType)
 	}
-	col := pgx.Identifier{cfg.CreatedAtColumn}.Sanitize()
-	olderThan := cfg.OlderThan.Seconds()
-	g, err := readGuard(ctx, conn, cfg, log)
+	col := pgx.Identifier{opts.TimeColumn}.Sanitize()
+	olderThan := opts.OlderThan.Seconds()
+	g, err := readGuard(ctx, conn, opts, log)
 	if err != nil {
 		return res, err
 	}
@@ -215,61 +158,57 @@ func Prune(ctx context.Context, cfg config.PruneConfig, log *slog.Logger) (Prune
 		if err := conn.QueryRow(ctx, "SELECT now() - make_interval(secs => $1::float8)", olderThan).Scan(&res.Cutoff); err != nil {
 			return res, fmt.Errorf("read the server clock: %w", err)
 		}
-		res.Rows, res.Kept, err = pruneRows(ctx, conn, tn.Quoted(), res.Table, col, res.Cutoff, g, cfg, log)
+		res.Rows, res.Kept, err = pruneRows(ctx, conn, tn.Quoted(), res.Table, col, res.Cutoff, g, opts, log)
 		return res, err
 	}
 
 	res.Partitioned = true
-	if err := dropPartitions(ctx, conn, tn, olderThan, g, cfg.DryRun, &res, log); err != nil {
+	if err := dropPartitions(ctx, conn, tn, olderThan, g, opts.DryRun, &res, log); err != nil {
 		return res, err
 	}
 	if defRel != nil {
 		def := replication.TableName{Schema: *defNsp, Name: *defRel}
 		res.DefaultPartition = def.String()
 		var kept int64
-		res.Rows, kept, err = pruneRows(ctx, conn, def.Quoted(), def.String(), col, res.Cutoff, g, cfg, log)
+		res.Rows, kept, err = pruneRows(ctx, conn, def.Quoted(), def.String(), col, res.Cutoff, g, opts, log)
 		res.Kept += kept
 	}
 	return res, err
 }
 
 // guard is the condition prune adds to what it deletes: the rows the
-// replication slot confirmed (relay.PruneGuard), or every row with --force.
+// replication slot confirmed (PruneGuard), or every row with --force.
 type guard struct {
 	force bool
-	pg    relay.PruneGuard
+	pg    PruneGuard
 	col   string // the time column
 	why   string // why the rows it refuses are kept
 }
 
 // readGuard reads the slot and, when it is gone and Kafka settings are
 // given, the last delivered event.
-func readGuard(ctx context.Context, conn *pgx.Conn, cfg config.PruneConfig, log *slog.Logger) (guard, error) {
-	if cfg.Force {
+func readGuard(ctx context.Context, conn *pgx.Conn, opts PruneOptions, log *slog.Logger) (guard, error) {
+	if opts.Force {
 		return guard{force: true}, nil
 	}
-	pg, err := relay.ReadPruneGuard(ctx, conn, cfg.Slot)
+	pg, err := ReadPruneGuard(ctx, conn, opts.Slot)
 	if err != nil {
 		return guard{}, err
 	}
-	pg.Margin = cfg.RecoveryMargin
+	pg.Margin = opts.RecoveryMargin
 	hint := ""
 	if pg.NeedsDelivered() {
-		opts, ok, err := cfg.DeliveredOptions(log)
-		switch {
-		case err != nil:
-			return guard{}, err
-		case ok:
-			last, err := relay.LastDelivered(ctx, opts)
+		if opts.Delivered != nil {
+			last, err := LastDelivered(ctx, *opts.Delivered)
 			if err != nil {
 				return guard{}, fmt.Errorf("find the last event delivered to Kafka (the slot is gone): %w", err)
 			}
 			pg.Delivered = &last
-		default:
+		} else {
 			hint = " (if walrelay uses another slot, set --slot; else give --kafka-brokers and the topic settings of walrelay run, so that prune finds the last event delivered)"
 		}
 	}
-	return guard{pg: pg, col: cfg.CreatedAtColumn, why: pg.Reason() + hint}, nil
+	return guard{pg: pg, col: opts.TimeColumn, why: pg.Reason() + hint}, nil
 }
 
 // where returns the SQL condition of the rows the guard lets go (with keep,
@@ -291,7 +230,7 @@ func (g guard) where(keep bool, first int, args ...any) (string, []any) {
 // quoted whose column col is before cutoff and that g lets go, BatchSize
 // rows per transaction, and returns how many, and how many rows before
 // cutoff g kept.
-func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cutoff time.Time, g guard, cfg config.PruneConfig, log *slog.Logger) (pruned, kept int64, err error) {
+func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cutoff time.Time, g guard, opts PruneOptions, log *slog.Logger) (pruned, kept int64, err error) {
 	count := func(keep bool) (int64, error) {
 		var n int64
 		cond, args := g.where(keep, 2, cutoff)
@@ -301,7 +240,7 @@ func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cu
 		}
 		return n, nil
 	}
-	if cfg.DryRun {
+	if opts.DryRun {
 		if pruned, err = count(false); err == nil && !g.force {
 			kept, err = count(true)
 		}
@@ -309,7 +248,7 @@ func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cu
 	}
 	// ctid is unique within a plain table; the sub-select picks one batch
 	// and the outer DELETE finds each row by its ctid (a TID scan).
-	cond, args := g.where(false, 3, cutoff, cfg.BatchSize)
+	cond, args := g.where(false, 3, cutoff, opts.BatchSize)
 	q := fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s WHERE %[2]s < $1::timestamptz AND %[3]s LIMIT $2))",
 		quoted, col, cond)
 	for {
@@ -322,7 +261,7 @@ func pruneRows(ctx context.Context, conn *pgx.Conn, quoted, name, col string, cu
 		if n > 0 {
 			log.Info("pruned batch", "table", name, "rows", n, "total", pruned)
 		}
-		if n < int64(cfg.BatchSize) {
+		if n < int64(opts.BatchSize) {
 			break
 		}
 	}

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"bytes"
@@ -18,23 +18,25 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/testwait"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 // replayFixture is a relay over kfake whose outbox holds rows the relay
 // delivered, for replays to publish again.
 type replayFixture struct {
 	*relayFixture
-	opts  Options
+	opts  relay.Options
 	table string // quoted
 }
 
-func newReplayFixture(t *testing.T, name string, mods ...func(*Options)) *replayFixture {
+func newReplayFixture(t *testing.T, name string, mods ...func(*relay.Options)) *replayFixture {
 	t.Helper()
-	return newReplayFixtureWith(t, name, createOutbox, mods...)
+	return newReplayFixtureWith(t, name, relaytest.CreateOutbox, mods...)
 }
 
-func newReplayFixtureWith(t *testing.T, name string, create func(t *testing.T, dsn, table string), mods ...func(*Options)) *replayFixture {
+func newReplayFixtureWith(t *testing.T, name string, create func(t *testing.T, dsn, table string), mods ...func(*relay.Options)) *replayFixture {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 	if err != nil {
@@ -45,10 +47,10 @@ func newReplayFixtureWith(t *testing.T, name string, create func(t *testing.T, d
 }
 
 // newReplayFixtureOn is newReplayFixtureWith on a given cluster.
-func newReplayFixtureOn(t *testing.T, name string, cluster *kfake.Cluster, create func(t *testing.T, dsn, table string), mods ...func(*Options)) *replayFixture {
+func newReplayFixtureOn(t *testing.T, name string, cluster *kfake.Cluster, create func(t *testing.T, dsn, table string), mods ...func(*relay.Options)) *replayFixture {
 	t.Helper()
-	var opts Options
-	f := startRelayWith(t, name, cluster, create, append(mods, func(o *Options) { opts = *o })...)
+	var opts relay.Options
+	f := startRelayWith(t, name, cluster, create, append(mods, func(o *relay.Options) { opts = *o })...)
 	opts.Logger = slog.New(slog.DiscardHandler)
 	return &replayFixture{relayFixture: f, opts: opts, table: pgx.Identifier{"public", name + "_outbox"}.Sanitize()}
 }
@@ -58,7 +60,7 @@ func newReplayFixtureOn(t *testing.T, name string, cluster *kfake.Cluster, creat
 func (f *replayFixture) txn(t *testing.T, rows ...[4]string) []string {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := f.pg.Conn.Begin(ctx)
+	tx, err := f.PG.Conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func (f *replayFixture) txn(t *testing.T, rows ...[4]string) []string {
 func (f *replayFixture) now(t *testing.T) time.Time {
 	t.Helper()
 	var ts time.Time
-	if err := f.pg.Conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&ts); err != nil {
+	if err := f.PG.Conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&ts); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -94,7 +96,7 @@ func (f *replayFixture) now(t *testing.T) time.Time {
 // createdAt returns every row's created_at by id.
 func (f *replayFixture) createdAt(t *testing.T) map[string]time.Time {
 	t.Helper()
-	rows, err := f.pg.Conn.Query(context.Background(), "SELECT id::text, created_at FROM "+f.table)
+	rows, err := f.PG.Conn.Query(context.Background(), "SELECT id::text, created_at FROM "+f.table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,17 +112,17 @@ func (f *replayFixture) createdAt(t *testing.T) map[string]time.Time {
 	return out
 }
 
-func (f *replayFixture) topic() string { return f.name + ".order" }
+func (f *replayFixture) topic() string { return f.Name + ".order" }
 
 // split separates a topic's records into the relay's (by id) and the
 // replays' (in log order).
 func split(recs []*kgo.Record) (orig map[string]*kgo.Record, replayed []*kgo.Record) {
 	orig = map[string]*kgo.Record{}
 	for _, r := range recs {
-		if headerValue(r, sink.HeaderReplay) != "" {
+		if relaytest.HeaderValue(r, sink.HeaderReplay) != "" {
 			replayed = append(replayed, r)
 		} else {
-			orig[headerValue(r, sink.HeaderID)] = r
+			orig[relaytest.HeaderValue(r, sink.HeaderID)] = r
 		}
 	}
 	return orig, replayed
@@ -131,7 +133,7 @@ func split(recs []*kgo.Record) (orig map[string]*kgo.Record, replayed []*kgo.Rec
 // the replay marker id) and, with commit timestamps, timestamp.
 func sameRecord(t *testing.T, replayed, orig *kgo.Record, id string, commitTimes bool, createdAt map[string]time.Time) {
 	t.Helper()
-	ev := headerValue(orig, sink.HeaderID)
+	ev := relaytest.HeaderValue(orig, sink.HeaderID)
 	if replayed.Topic != orig.Topic || !bytes.Equal(replayed.Key, orig.Key) || !bytes.Equal(replayed.Value, orig.Value) ||
 		(replayed.Value == nil) != (orig.Value == nil) {
 		t.Errorf("event %s: replayed %s key %q value %q, original %s key %q value %q", ev, replayed.Topic, replayed.Key, replayed.Value,
@@ -174,8 +176,8 @@ func TestReplaySameRecords(t *testing.T) {
 	in = append(in, f.txn(t, [4]string{"a-3", "created", `'{"n": 3}'`, `'{}'`})...)
 	until := f.now(t)
 	f.txn(t, [4]string{"a-1", "created", `'{"after": true}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 8)
-	consumeAll(t, f.cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 8)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
 
 	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since, Until: until}, ID: "r1"})
 	if err != nil {
@@ -184,7 +186,7 @@ func TestReplaySameRecords(t *testing.T) {
 	if !res.Complete || res.Acked != int64(len(in)) || res.DeadLettered != 1 || res.ResumeToken != "" {
 		t.Fatalf("replay result %+v, want %d rows acknowledged, 1 dead-lettered, complete", res, len(in))
 	}
-	recs := consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 8+len(in)-1)
+	recs := relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 8+len(in)-1)
 	orig, replayed := split(recs)
 	if len(replayed) != len(in)-1 {
 		t.Fatalf("%d replayed records on %s, want %d", len(replayed), f.topic(), len(in)-1)
@@ -194,7 +196,7 @@ func TestReplaySameRecords(t *testing.T) {
 	seen := map[string]bool{}
 	byKey := map[string][]string{}
 	for _, r := range replayed {
-		id := headerValue(r, sink.HeaderID)
+		id := relaytest.HeaderValue(r, sink.HeaderID)
 		if seen[id] || !slices.Contains(in, id) {
 			t.Errorf("replayed event %s: twice, or not in the range", id)
 		}
@@ -210,10 +212,10 @@ func TestReplaySameRecords(t *testing.T) {
 			t.Errorf("aggregate %s replayed in the order %v, want %v", k, byKey[k], ids)
 		}
 	}
-	dlq := consumeAll(t, f.cluster.ListenAddrs(), sink.DefaultDLQTopic, 2)
+	dlq := relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), sink.DefaultDLQTopic, 2)
 	dorig, dre := split(dlq)
-	if len(dre) != 1 || headerValue(dre[0], sink.HeaderDLQReason) != string(ReasonEmptyAggregateID) {
-		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), ReasonEmptyAggregateID)
+	if len(dre) != 1 || relaytest.HeaderValue(dre[0], sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
+		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), relay.ReasonEmptyAggregateID)
 	}
 	sameRecord(t, dre[0], dorig[dl[0]], "r1", res.CommitTimes, createdAt)
 }
@@ -232,7 +234,7 @@ func TestReplayResume(t *testing.T) {
 		}
 		all = append(all, f.txn(t, rows...)...)
 	}
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), len(all))
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(all))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -260,11 +262,11 @@ func TestReplayResume(t *testing.T) {
 	if !second.Complete || second.ID != first.ID || !second.Since.Equal(first.Since) || second.Resumed != first.Acked {
 		t.Fatalf("resumed replay %+v, first %+v", second, first)
 	}
-	recs := consumeAll(t, f.cluster.ListenAddrs(), f.topic(), len(all)+int(first.Acked+second.Acked))
+	recs := relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(all)+int(first.Acked+second.Acked))
 	_, replayed := split(recs)
 	got := map[string]int{}
 	for _, r := range replayed {
-		got[headerValue(r, sink.HeaderID)]++
+		got[relaytest.HeaderValue(r, sink.HeaderID)]++
 	}
 	missing := 0
 	for _, id := range all {
@@ -298,14 +300,14 @@ func TestReplayExactlyOnce(t *testing.T) {
 	for i := range 10 {
 		ids = append(ids, f.txn(t, [4]string{fmt.Sprintf("a-%d", i%3), "e", fmt.Sprintf(`'{"i": %d}'`, i), `'{}'`})...)
 	}
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), len(ids))
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(ids))
 	opts := f.opts
-	opts.ExactlyOnce = &ExactlyOnce{TransactionalID: "walrelay-" + f.name, CheckpointTopic: "cp", CommitInterval: time.Second, MaxRecords: 4}
+	opts.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: "walrelay-" + f.Name, CheckpointTopic: "cp", CommitInterval: time.Second, MaxRecords: 4}
 	res, err := Replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
 	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cluster.ListenAddrs()...), kgo.ConsumeTopics(f.topic()),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.Cluster.ListenAddrs()...), kgo.ConsumeTopics(f.topic()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
@@ -316,12 +318,12 @@ func TestReplayExactlyOnce(t *testing.T) {
 	var replayed int
 	for replayed < len(ids) && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			if headerValue(r, sink.HeaderReplay) == "" {
+			if relaytest.HeaderValue(r, sink.HeaderReplay) == "" {
 				return
 			}
 			replayed++
 			if !r.Attrs.IsTransactional() {
-				t.Errorf("replayed record of %s outside a kafka transaction", headerValue(r, sink.HeaderID))
+				t.Errorf("replayed record of %s outside a kafka transaction", relaytest.HeaderValue(r, sink.HeaderID))
 			}
 		})
 	}
@@ -351,8 +353,8 @@ func TestReplayNothing(t *testing.T) {
 	}
 
 	// The application deletes its rows in the transaction that writes them.
-	f.pg.Exec("DELETE FROM " + f.table)
-	tx, err := f.pg.Conn.Begin(ctx)
+	f.PG.Exec("DELETE FROM " + f.table)
+	tx, err := f.PG.Conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +372,7 @@ func TestReplayNothing(t *testing.T) {
 	}
 	testwait.Eventually(t, 20*time.Second, "the table statistics to count the deletes", func() bool {
 		var ins, del int64
-		_ = f.pg.Conn.QueryRow(ctx, "SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables WHERE relid = to_regclass($1)", f.table).Scan(&ins, &del)
+		_ = f.PG.Conn.QueryRow(ctx, "SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables WHERE relid = to_regclass($1)", f.table).Scan(&ins, &del)
 		return ins > 0 && del >= ins
 	})
 	_, err = Replay(ctx, f.opts, ReplayOptions{})
@@ -385,8 +387,8 @@ func TestReplayDryRun(t *testing.T) {
 	f := newReplayFixture(t, "replay_dry")
 	since := f.now(t)
 	f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`}, [4]string{"b", "e", `'{}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2)
-	f.pg.Exec("INSERT INTO " + f.table + " (aggregate_type, aggregate_id, event_type, payload) VALUES ('inv@lid', 'c', 'e', '{}')")
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
+	f.PG.Exec("INSERT INTO " + f.table + " (aggregate_type, aggregate_id, event_type, payload) VALUES ('inv@lid', 'c', 'e', '{}')")
 	opts := f.opts
 	opts.Sink.Topic = "dry.{aggregate_type}"
 	res, err := Replay(context.Background(), opts, ReplayOptions{DryRun: true, Selection: ReplaySelection{Since: since}})
@@ -399,7 +401,7 @@ func TestReplayDryRun(t *testing.T) {
 	if tp := res.Tables[0].Topics; len(tp) != 2 || tp["dry.order"] != 2 || tp[sink.DefaultDLQTopic] != 1 {
 		t.Errorf("dry run topics %v, want dry.order 2 and the dead-letter topic 1", tp)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cluster.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.Cluster.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,29 +436,29 @@ func TestReplayRate(t *testing.T) {
 // daily partitions and the default one) as the relay published them
 // through the partition root.
 func TestReplayPartitioned(t *testing.T) {
-	f := newReplayFixtureWith(t, "replay_part", createPartitionedOutbox)
+	f := newReplayFixtureWith(t, "replay_part", relaytest.CreatePartitionedOutbox)
 	// Rows of today's daily partition, and one of two days ago in the
 	// default partition.
-	f.pg.Exec("SELECT walrelay.outbox_create_partitions(1, to_regclass($1))", f.table)
+	f.PG.Exec("SELECT walrelay.outbox_create_partitions(1, to_regclass($1))", f.table)
 	in := f.txn(t, [4]string{"a-1", "created", `'{"n": 1}'`, `'{}'`}, [4]string{"a-2", "created", `'{"n": 2}'`, `'{"k": "v"}'`})
 	var old string
-	if err := f.pg.Conn.QueryRow(context.Background(), "INSERT INTO "+f.table+
+	if err := f.PG.Conn.QueryRow(context.Background(), "INSERT INTO "+f.table+
 		" (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES ('order', 'a-1', 'old', '{}', now() - interval '2 days') RETURNING id::text").Scan(&old); err != nil {
 		t.Fatal(err)
 	}
 	in = append(in, old)
-	if n := f.pg.Count("SELECT count(DISTINCT tableoid) FROM " + f.table); n != 2 {
+	if n := f.PG.Count("SELECT count(DISTINCT tableoid) FROM " + f.table); n != 2 {
 		t.Fatalf("rows in %d partitions, want 2", n)
 	}
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), len(in))
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(in))
 	res, err := Replay(context.Background(), f.opts, ReplayOptions{ID: "rp"})
 	if err != nil || !res.Complete || res.Acked != int64(len(in)) {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
-	orig, replayed := split(consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2*len(in)))
+	orig, replayed := split(relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2*len(in)))
 	createdAt := f.createdAt(t)
 	for _, r := range replayed {
-		sameRecord(t, r, orig[headerValue(r, sink.HeaderID)], "rp", res.CommitTimes, createdAt)
+		sameRecord(t, r, orig[relaytest.HeaderValue(r, sink.HeaderID)], "rp", res.CommitTimes, createdAt)
 	}
 	if len(replayed) != len(in) {
 		t.Fatalf("%d replayed records, want %d", len(replayed), len(in))
@@ -466,19 +468,19 @@ func TestReplayPartitioned(t *testing.T) {
 // TestReplayFiltered: rows the table's filter does not publish are not
 // replayed either.
 func TestReplayFiltered(t *testing.T) {
-	f := newReplayFixture(t, "replay_filter", func(o *Options) {
+	f := newReplayFixture(t, "replay_filter", func(o *relay.Options) {
 		o.Decoder.Tables[0].Filter = decoder.Filter{ExcludeEventTypes: []string{"internal.*"}}
 	})
 	since := f.now(t)
 	ids := f.txn(t, [4]string{"a", "created", `'{}'`, `'{}'`}, [4]string{"a", "internal.audit", `'{}'`, `'{}'`}, [4]string{"a", "updated", `'{}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
 	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
 	if err != nil || !res.Complete || res.Acked != 2 || res.Filtered != 1 {
 		t.Fatalf("replay %+v, %v: want 2 rows sent and 1 filtered", res, err)
 	}
-	_, replayed := split(consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 4))
+	_, replayed := split(relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 4))
 	for _, r := range replayed {
-		if headerValue(r, sink.HeaderID) == ids[1] {
+		if relaytest.HeaderValue(r, sink.HeaderID) == ids[1] {
 			t.Errorf("the filtered row %s was replayed", ids[1])
 		}
 	}

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"crypto/sha256"

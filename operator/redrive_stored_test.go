@@ -1,10 +1,11 @@
-package relay
+package operator
 
 import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -19,10 +20,10 @@ func TestStoredCause(t *testing.T) {
 		rec    *kgo.Record
 		send   bool
 	}{
-		{string(ReasonTopicRefused), &kgo.Record{}, true},
-		{string(ReasonTopicRefused), omitted, false},
-		{string(ReasonUnsupportedValue), &kgo.Record{}, false},
-		{string(ReasonNullAggregateID), &kgo.Record{}, false},
+		{string(relay.ReasonTopicRefused), &kgo.Record{}, true},
+		{string(relay.ReasonTopicRefused), omitted, false},
+		{string(relay.ReasonUnsupportedValue), &kgo.Record{}, false},
+		{string(relay.ReasonNullAggregateID), &kgo.Record{}, false},
 	} {
 		err := storedCause(tc.rec, tc.reason, nil)
 		if (err == nil) != tc.send {

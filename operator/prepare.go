@@ -1,20 +1,27 @@
-package relay
+package operator
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
+
+// producer is the sink as prepareEvent uses it.
+type producer interface {
+	Prepare(ctx context.Context, ev *decoder.Event) (sink.Record, error)
+	PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intended, reason string, cause error) (sink.Record, error)
+	Topic(ev *decoder.Event) (string, error)
+}
 
 // prepared is an event's record made by prepareEvent: for its topic, or for
 // the dead-letter topic (Reason set; Intended is the topic it was meant for).
 type prepared struct {
 	Record   sink.Record
-	Reason   DeadLetterReason
+	Reason   relay.DeadLetterReason
 	Intended string
 	Cause    error
 }
@@ -22,16 +29,16 @@ type prepared struct {
 // prepareEvent makes ev's record by the pipeline's rules (pipeline.produce),
 // for the runs beside it (replay, redrive): a poisoned event, or one the
 // sink refuses for a dead-letter reason, gets its dead-letter record, or
-// with onPoison stop a *PoisonError; while Kafka cannot answer a topic's
+// with onPoison stop a *relay.PoisonError; while Kafka cannot answer a topic's
 // look-up the preparation is retried with backoff until ctx ends (each
 // retry logged on log).
 func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison string, log *slog.Logger) (prepared, error) {
 	retry := func(prepare func() (sink.Record, error)) (sink.Record, error) {
 		return retryPrepare(ctx, log, ev.ID, prepare)
 	}
-	deadLetter := func(intended string, reason DeadLetterReason, cause error) (prepared, error) {
-		if onPoison == OnPoisonStop {
-			return prepared{}, &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
+	deadLetter := func(intended string, reason relay.DeadLetterReason, cause error) (prepared, error) {
+		if onPoison == relay.OnPoisonStop {
+			return prepared{}, &relay.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 		}
 		rec, err := retry(func() (sink.Record, error) { return p.PrepareDeadLetter(ctx, ev, intended, string(reason), cause) })
 		if err != nil {
@@ -39,7 +46,7 @@ func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison s
 		}
 		return prepared{Record: rec, Reason: reason, Intended: intended, Cause: cause}, nil
 	}
-	if reason, cause := poisonOf(ev); cause != nil {
+	if reason, cause := relay.PoisonOf(ev); cause != nil {
 		intended, _ := p.Topic(ev) // best effort: for the dead-letter header
 		return deadLetter(intended, reason, cause)
 	}
@@ -49,24 +56,9 @@ func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison s
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
-		if reason, ok := refusalReason(err); ok {
+		if reason, ok := relay.RefusalReason(err); ok {
 			return deadLetter(pe.Topic, reason, err)
 		}
 	}
 	return prepared{}, err
-}
-
-// sleep waits d, or until ctx ends (its error).
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

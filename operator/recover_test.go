@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
+	"github.com/walrelay/walrelay/test/relaytest"
 )
 
 // TestLastDeliveredReadsBack: the newest event delivered is the newest
@@ -94,16 +96,16 @@ func TestPlanRecovery(t *testing.T) {
 	f := newReplayFixture(t, "recover_plan")
 	f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`})
 	ids := f.txn(t, [4]string{"b", "e", `'{}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
 	ctx := context.Background()
 	_, err := PlanRecovery(ctx, f.opts, time.Minute)
 	var inUse *SlotInUseError
 	if !errors.As(err, &inUse) {
 		t.Fatalf("recovery with the slot in place: %v, want a SlotInUseError", err)
 	}
-	f.cancel()
-	f.done <- <-f.done // stopped; the cleanup's stop finds it so
-	f.pg.Exec("SELECT pg_drop_replication_slot($1)", f.name)
+	f.Cancel()
+	f.Done <- <-f.Done // stopped; the cleanup's stop finds it so
+	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
 	rec, err := PlanRecovery(ctx, f.opts, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +116,8 @@ func TestPlanRecovery(t *testing.T) {
 	if err := rec.CreateSlot(ctx, f.opts); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.pg.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.name); n != 1 {
-		t.Fatalf("%d slots named %s after CreateSlot, want 1", n, f.name)
+	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.Name); n != 1 {
+		t.Fatalf("%d slots named %s after CreateSlot, want 1", n, f.Name)
 	}
 	if _, err := PlanRecovery(ctx, f.opts, time.Minute); !errors.As(err, &inUse) {
 		t.Fatalf("recovery after the new slot: %v, want a SlotInUseError", err)
@@ -125,12 +127,12 @@ func TestPlanRecovery(t *testing.T) {
 // TestLastDeliveredExactlyOnce: with exactly-once delivery the slot's
 // checkpoint is read too, and covers the newest record.
 func TestLastDeliveredExactlyOnce(t *testing.T) {
-	f := newReplayFixture(t, "recover_eos", func(o *Options) {
-		o.ExactlyOnce = &ExactlyOnce{TransactionalID: "walrelay-recover-eos", CheckpointTopic: "recover_eos.checkpoints",
+	f := newReplayFixture(t, "recover_eos", func(o *relay.Options) {
+		o.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: "walrelay-recover-eos", CheckpointTopic: "recover_eos.checkpoints",
 			CommitInterval: 50 * time.Millisecond, MaxRecords: 100}
 	})
 	ids := f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`}, [4]string{"b", "e", `'{}'`, `'{}'`})
-	consumeAll(t, f.cluster.ListenAddrs(), f.topic(), 2)
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
 	last, err := LastDelivered(context.Background(), f.opts)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -63,7 +64,7 @@ const readbackWindow = 64
 // exactly-once mode it also reads the slot's checkpoint (the system
 // identifier comes from Postgres; without the privilege to read it, the
 // checkpoint is left out). Nothing is produced and no producer is fenced.
-func LastDelivered(ctx context.Context, opts Options) (LastDelivery, error) {
+func LastDelivered(ctx context.Context, opts relay.Options) (LastDelivery, error) {
 	var last LastDelivery
 	log := opts.Logger
 	if log == nil {
@@ -220,14 +221,14 @@ func recordHeader(r *kgo.Record, key string) string {
 
 // slotCheckpoint reads the exactly-once checkpoint of opts' slot, keyed by
 // the server's system identifier.
-func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts Options) (sink.Checkpoint, bool, error) {
-	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts relay.Options) (sink.Checkpoint, bool, error) {
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 	if err != nil {
 		return sink.Checkpoint{}, false, err
 	}
 	defer conn.Close(context.Background())
-	var sysID string
-	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
+	sysID, err := replication.SystemIdentifier(ctx, replication.NewQuerier(conn.PgConn()))
+	if err != nil {
 		return sink.Checkpoint{}, false, fmt.Errorf("read the system identifier: %w", err)
 	}
 	slot := opts.Replication.Slot
@@ -290,12 +291,12 @@ func (e *SlotInUseError) Error() string {
 
 // PlanRecovery checks opts' slot and finds the last delivered event: the
 // slot must be missing or lost (a *SlotInUseError otherwise).
-func PlanRecovery(ctx context.Context, opts Options, margin time.Duration) (Recovery, error) {
+func PlanRecovery(ctx context.Context, opts relay.Options, margin time.Duration) (Recovery, error) {
 	rec := Recovery{Margin: margin}
 	if margin < 0 {
-		return rec, &OptionError{Option: "Margin", Err: errors.New("must not be negative")}
+		return rec, &relay.OptionError{Option: "Margin", Err: errors.New("must not be negative")}
 	}
-	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 	if err != nil {
 		return rec, err
 	}
@@ -325,9 +326,9 @@ func PlanRecovery(ctx context.Context, opts Options, margin time.Duration) (Reco
 // snapshot: every transaction committed before the slot's start is then in
 // the snapshot, and every later one is streamed by the slot, so nothing
 // falls between them.
-func (rec *Recovery) CreateSlot(ctx context.Context, opts Options) error {
+func (rec *Recovery) CreateSlot(ctx context.Context, opts relay.Options) error {
 	if rec.Slot.Exists {
-		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 		if err != nil {
 			return err
 		}

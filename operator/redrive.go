@@ -1,4 +1,4 @@
-package relay
+package operator
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/internal/retry"
+	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -43,7 +45,7 @@ const DefaultRedriveGroup = "walrelay-dlq-redrive"
 // RedriveOptions select the dead-letter records to redrive: those matching
 // every criterion given (an empty list or a zero time matches all).
 type RedriveOptions struct {
-	// Reasons are walrelay.dlq.reason values (DeadLetterReason).
+	// Reasons are walrelay.dlq.reason values (relay.DeadLetterReason).
 	Reasons []string
 	// Topics are the topics the events were meant for (walrelay.dlq.topic).
 	Topics []string
@@ -105,16 +107,6 @@ type RedriveResult struct {
 	Deferred int64
 }
 
-// DeadLetterReasons returns every dead-letter reason, in the order the
-// pipeline checks them (what RedriveOptions.Reasons may hold).
-func DeadLetterReasons() []DeadLetterReason {
-	out := make([]DeadLetterReason, len(deadLetterReasons))
-	for i, r := range deadLetterReasons {
-		out[i] = r.reason
-	}
-	return out
-}
-
 // maxLeft is the most records left behind (not redriven) above the
 // committed offset that a partition's commit metadata remembers.
 const maxLeft = 500
@@ -126,7 +118,7 @@ const maxLeft = 500
 // acknowledged. Records are produced at least once (also in exactly-once
 // mode): a redrive that is interrupted or fails commits nothing, and the
 // next one sends again what it sent; consumers deduplicate on id.
-func Redrive(ctx context.Context, opts Options, ro RedriveOptions) (RedriveResult, error) {
+func Redrive(ctx context.Context, opts relay.Options, ro RedriveOptions) (RedriveResult, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -134,13 +126,13 @@ func Redrive(ctx context.Context, opts Options, ro RedriveOptions) (RedriveResul
 		ro.Group = DefaultRedriveGroup
 	}
 	res := RedriveResult{Topic: opts.Sink.DeadLetterTopic(), Group: ro.Group}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return res, err
 	}
-	opts.Decoder.HeartbeatPrefix = HeartbeatPrefix
+	opts.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
 	dec, err := decoder.New(opts.Decoder)
 	if err != nil {
-		return res, &OptionError{Option: "Decoder", Err: err}
+		return res, &relay.OptionError{Option: "Decoder", Err: err}
 	}
 	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
 	if err != nil {
@@ -164,7 +156,7 @@ func Redrive(ctx context.Context, opts Options, ro RedriveOptions) (RedriveResul
 }
 
 type redriver struct {
-	opts   Options
+	opts   relay.Options
 	ro     RedriveOptions
 	res    *RedriveResult
 	snk    *sink.Sink
@@ -397,7 +389,7 @@ func (r *redriver) coordinated(ctx context.Context, request func() error) error 
 			return err
 		}
 		r.opts.Logger.Debug("dlq redrive: the group coordinator is not available yet; trying again", "group", r.ro.Group, "error", err.Error())
-		if err := sleep(ctx, wait); err != nil {
+		if err := retry.Sleep(ctx, wait); err != nil {
 			return err
 		}
 		wait = min(2*wait, time.Second)
@@ -443,7 +435,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome = RedriveWouldSend
 			return item, sink.Record{}, nil
 		}
-		p, err := prepareEvent(ctx, r.snk, ev, OnPoisonDLQ, r.opts.Logger)
+		p, err := prepareEvent(ctx, r.snk, ev, relay.OnPoisonDLQ, r.opts.Logger)
 		if err != nil {
 			return item, sink.Record{}, err
 		}
@@ -476,7 +468,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome, item.Target = RedriveSent, out.Topic()
 			return item, out, nil
 		}
-		if _, ok := refusalReason(err); !ok {
+		if _, ok := relay.RefusalReason(err); !ok {
 			return item, sink.Record{}, err
 		}
 		cause = err
@@ -525,7 +517,7 @@ func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error)
 			continue
 		}
 		if r.conn == nil {
-			conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay dlq redrive")
+			conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay dlq redrive", r.opts.Replication.PasswordSource)
 			if err != nil {
 				return nil, err
 			}
@@ -555,7 +547,7 @@ func storedCause(rec *kgo.Record, reason string, t *outboxTable) error {
 	switch {
 	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
 		return errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
-	case !refusal(reason) || reason == string(ReasonUnsupportedValue):
+	case !relay.IsRefusal(reason) || reason == string(relay.ReasonUnsupportedValue):
 		return fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", reason)
 	}
 	return t.storedLacks()
@@ -590,17 +582,6 @@ func (t *outboxTable) payloadType() uint32 {
 		}
 	}
 	return 0
-}
-
-// refusal reports whether reason is one the sink gave (the record was
-// fine, Kafka would not take it) rather than a problem of its values.
-func refusal(reason string) bool {
-	for _, d := range deadLetterReasons {
-		if string(d.reason) == reason {
-			return d.refusal != nil
-		}
-	}
-	return false
 }
 
 // progressFormat heads a partition's commit metadata.
@@ -660,10 +641,10 @@ func parseProgress(at int64, metadata string) partProgress {
 func retryPrepare(ctx context.Context, log *slog.Logger, id string, prepare func() (sink.Record, error)) (sink.Record, error) {
 	rec, err := prepare()
 	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
-		wait := jitter(min(kafkaRetryMin<<min(attempt-1, 10), kafkaRetryMax))
+		wait := retry.KafkaWait(attempt)
 		log.Warn("kafka unavailable while preparing an event's record; retrying", "id", id, "attempt", attempt,
 			"retry_in", wait.String(), "error", err.Error())
-		if err := sleep(ctx, wait); err != nil {
+		if err := retry.Sleep(ctx, wait); err != nil {
 			return sink.Record{}, err
 		}
 		rec, err = prepare()

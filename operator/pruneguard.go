@@ -1,0 +1,99 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The outbox table is the safety net: its rows are what a replay or a
+// recovery publishes again. Two things keep it in view: the prune guard (a
+// row whose event may not be delivered yet is never pruned, here) and the
+// retained span (how far back a replay can reach, relay/retention.go),
+// shown by walrelay status and exported as metrics.
+
+// PruneGuard tells which outbox rows may be deleted without losing the only
+// copy of an event that may not have reached Kafka.
+//
+// While the slot exists, a row may go once the transaction that wrote it is
+// older than the slot's catalog_xmin. Postgres sets catalog_xmin from a
+// running-transactions record at a position the consumer confirmed: every
+// transaction with an older id had ended before that position, so a
+// committed one is at or before the confirmed position, and walrelay
+// confirms a position only once Kafka acknowledged everything before it.
+// A row's xmin is the inserting (sub)transaction's id; a subtransaction's
+// id is newer than its parent's, so the rule holds for it too. Rows an
+// UPDATE rewrote get a newer xmin: kept longer, never shorter. catalog_xmin
+// lags the confirmed position (it follows the slot's restart point), so
+// the rule keeps rows a little longer than needed, never less.
+//
+// Without the slot (dropped, or invalidated), the last event delivered to
+// Kafka decides instead: rows whose time column is older than its time less
+// a margin may go (see LastDelivered, DefaultRecoveryMargin).
+type PruneGuard struct {
+	Slot SlotState
+	// Delivered and Margin are used when the slot is missing or lost.
+	Delivered *LastDelivery
+	Margin    time.Duration
+}
+
+// NeedsDelivered reports whether the slot cannot vouch for any row, so
+// that the last delivered event must (set Delivered).
+func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost }
+
+// Condition returns an SQL condition over a row of the outbox table (its
+// time column timeCol), true for the rows that may be deleted, with its
+// arguments numbered from $first. With nothing to vouch for any row it is
+// FALSE.
+func (g PruneGuard) Condition(timeCol string, first int) (string, []any) {
+	switch {
+	case !g.NeedsDelivered() && g.Slot.CatalogXmin != 0:
+		// age() counts back from the same current id for both sides.
+		return fmt.Sprintf("age(xmin) > age($%d::text::xid)", first), []any{strconv.FormatUint(uint64(g.Slot.CatalogXmin), 10)}
+	case g.NeedsDelivered() && g.Delivered != nil && g.Delivered.Found:
+		return fmt.Sprintf("%s < $%d::timestamptz", pgx.Identifier{timeCol}.Sanitize(), first), []any{g.Before()}
+	}
+	return "FALSE", nil
+}
+
+// Before is the time before which rows may go when the slot is gone: the
+// last delivered event's time less the margin (zero when unknown).
+func (g PruneGuard) Before() time.Time {
+	if g.Delivered == nil || !g.Delivered.Found {
+		return time.Time{}
+	}
+	return g.Delivered.Time.Add(-g.Margin)
+}
+
+// Reason says why the rows Condition refuses are kept.
+func (g PruneGuard) Reason() string {
+	switch {
+	case !g.NeedsDelivered() && g.Slot.CatalogXmin != 0:
+		return fmt.Sprintf("their transactions are not older than the catalog_xmin %d of replication slot %q (confirmed up to %s): "+
+			"their events may not be in Kafka yet", g.Slot.CatalogXmin, g.Slot.Name, g.Slot.Confirmed)
+	case !g.NeedsDelivered():
+		return fmt.Sprintf("replication slot %q has no catalog_xmin yet: it has confirmed nothing", g.Slot.Name)
+	case g.Delivered != nil && g.Delivered.Found:
+		return fmt.Sprintf("replication slot %q is %s, and they are newer than the last event delivered to Kafka (%s) less %s: "+
+			"they may be the only copy of events the slot never delivered; recover them with a replay first", g.Slot.Name, slotGone(g.Slot),
+			g.Delivered.Time.Format(time.RFC3339), g.Margin)
+	}
+	return fmt.Sprintf("replication slot %q is %s and no event delivered to Kafka was found: every row may be the only copy of its event", g.Slot.Name, slotGone(g.Slot))
+}
+
+func slotGone(s SlotState) string {
+	if s.Lost {
+		return "invalidated (wal_status lost)"
+	}
+	return "missing"
+}
+
+// ReadPruneGuard reads the slot over conn; when NeedsDelivered, set
+// Delivered (and Margin) before using the guard.
+func ReadPruneGuard(ctx context.Context, conn *pgx.Conn, slot string) (PruneGuard, error) {
+	st, err := ReadSlotState(ctx, conn, slot)
+	return PruneGuard{Slot: st, Margin: DefaultRecoveryMargin}, err
+}
