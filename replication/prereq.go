@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Open connects with replication=database, checks the prerequisites, creates
@@ -117,7 +116,7 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 
 // Finding is the outcome of one prerequisite check.
 type Finding struct {
-	Check string // server, platform, pooler, table, publication, slot
+	Check string // server, platform, table, publication, slot
 	OK    bool
 	// Warn marks a finding that is not a failure but a trap to know about
 	// (OK is false).
@@ -129,20 +128,15 @@ type Finding struct {
 // returns one finding per check. A missing publication or slot is fine when
 // walrelay would create it. The error is only for failing to connect.
 func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
-	var pooler []Finding
-	if pc, err := pgconn.ParseConfig(cfg.DSN); err == nil {
-		if note := DSNPooler(pc); note != "" {
-			pooler = append(pooler, Finding{Check: "pooler", Note: note})
-		}
-	}
+	// A DSN that points at a pooler fails here, and the error names it.
 	c, err := connect(ctx, cfg)
 	if err != nil {
-		return nil, err // names a pooler itself (connect)
+		return nil, err
 	}
 	defer c.conn.Close(context.Background())
 	cfg = c.cfg
 
-	out := pooler
+	var out []Finding
 	add := func(check string, err error, okNote string) {
 		if err != nil {
 			out = append(out, Finding{Check: check, Note: err.Error()})
