@@ -20,7 +20,7 @@ import (
 // walrelay's one-line refusal naming the fix of both kinds of platform
 // (walrelay's own decision on the catalog answers of RDS and Aurora is
 // tested in replication/platform_test.go). The doctor output of each
-// stand-in is logged.
+// stand-in is logged (runCommand).
 func TestManagedPlatformStandIns(t *testing.T) {
 	env := requireEnv(t)
 	c := newContract(t, env, "hmgd")
@@ -34,10 +34,9 @@ func TestManagedPlatformStandIns(t *testing.T) {
 	}
 	doctor := func(t *testing.T, dsn string) (int, string) {
 		t.Helper()
-		code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
-			"--slot", c.name, "--publication", c.name, "--table", c.table)
-		t.Logf("walrelay doctor (exit %d):\n%s", code, out)
-		return code, out
+		return runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
+			"--slot", c.name, "--publication", c.name, "--table", c.table) // logs the output
+
 	}
 	line := func(out, prefix string, keywords []string) string {
 		for _, l := range strings.Split(out, "\n") {
@@ -136,8 +135,7 @@ func TestManagedWALLevelStandIns(t *testing.T) {
 			}
 			dsn := dsnWithUser(t, priv.pgDSN, role, "", "")
 			code, out := runCommand(t, 90*time.Second, "doctor", "--postgres-dsn", dsn, "--kafka-brokers", env.kafka,
-				"--slot", role, "--publication", role, "--table", "public.outbox")
-			t.Logf("walrelay doctor (exit %d):\n%s", code, out)
+				"--slot", role, "--publication", role, "--table", "public.outbox") // logs the output
 			var fail string
 			for _, l := range strings.Split(out, "\n") {
 				if strings.HasPrefix(l, "FAIL server") && hasKeywords(l, tc.keywords) {
