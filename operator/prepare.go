@@ -29,15 +29,15 @@ type prepared struct {
 // prepareEvent makes ev's record by the pipeline's rules (pipeline.produce),
 // for the runs beside it (replay, redrive): a poisoned event, or one the
 // sink refuses for a dead-letter reason, gets its dead-letter record, or
-// with onPoison stop a *relay.PoisonError; while Kafka cannot answer a topic's
+// with stop a *relay.PoisonError; while Kafka cannot answer a topic's
 // look-up the preparation is retried with backoff until ctx ends (each
 // retry logged on log).
-func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison string, log *slog.Logger) (prepared, error) {
+func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, stop bool, log *slog.Logger) (prepared, error) {
 	retry := func(prepare func() (sink.Record, error)) (sink.Record, error) {
 		return retryPrepare(ctx, log, ev.ID, prepare)
 	}
 	deadLetter := func(intended string, reason relay.DeadLetterReason, cause error) (prepared, error) {
-		if onPoison == relay.OnPoisonStop {
+		if stop {
 			return prepared{}, &relay.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 		}
 		rec, err := retry(func() (sink.Record, error) { return p.PrepareDeadLetter(ctx, ev, intended, string(reason), cause) })

@@ -65,10 +65,10 @@ type PruneOptions struct {
 	// confirmed its transaction (PruneGuard), unless Force.
 	Slot  string
 	Force bool
-	// Delivered are the runtime's options that find the last event
-	// delivered when the slot is gone (LastDelivered): then rows older than
-	// it less RecoveryMargin go. Nil: no row goes while the slot is gone.
-	Delivered      *relay.Options
+	// Delivered finds the last event delivered when the slot is gone
+	// (LastDelivered): then rows older than it less RecoveryMargin go. Nil:
+	// no row goes while the slot is gone.
+	Delivered      *DeliveredOptions
 	RecoveryMargin time.Duration
 }
 

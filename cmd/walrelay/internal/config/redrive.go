@@ -68,8 +68,3 @@ func (c RedriveConfig) Validate() error {
 	}
 	return nil
 }
-
-// RedriveOptions are the redrive's selection and group.
-func (c RedriveConfig) RedriveOptions() operator.RedriveOptions {
-	return operator.RedriveOptions{Reasons: c.Reasons, Topics: c.IntendedTopics, Since: c.Since, Until: c.Until, Group: c.Group, DryRun: c.DryRun}
-}
