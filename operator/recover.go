@@ -89,7 +89,7 @@ func LastDelivered(ctx context.Context, opts DeliveredOptions) (LastDelivery, er
 		return last, err
 	}
 	defer snk.Close()
-	cl, err := newReadbackClient(snk)
+	cl, err := snk.NewReadbackClient()
 	if err != nil {
 		return last, err
 	}
@@ -170,24 +170,24 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 		topic string
 		p     int32
 	}
-	pending := map[tp]offsetRange{}
+	pending := map[tp]sink.OffsetRange{}
 	ends.Each(func(o kadm.ListedOffset) {
 		s, _ := starts.Lookup(o.Topic, o.Partition)
 		if o.Offset > s.Offset {
-			pending[tp{o.Topic, o.Partition}] = offsetRange{from: max(s.Offset, o.Offset-readbackWindow), to: o.Offset}
+			pending[tp{o.Topic, o.Partition}] = sink.OffsetRange{From: max(s.Offset, o.Offset-readbackWindow), To: o.Offset}
 		}
 	})
 	for window := int64(readbackWindow); len(pending) > 0; window *= 8 {
-		ranges := map[string]map[int32]offsetRange{}
+		ranges := map[string]map[int32]sink.OffsetRange{}
 		for k, r := range pending {
 			if ranges[k.topic] == nil {
-				ranges[k.topic] = map[int32]offsetRange{}
+				ranges[k.topic] = map[int32]sink.OffsetRange{}
 			}
 			ranges[k.topic][k.p] = r
 		}
 		found := map[tp]bool{}
-		err := readRanges(ctx, cl, ranges, func(r *kgo.Record, st recordState) error {
-			if st != stateCommitted || recordHeader(r, sink.HeaderReplay) != "" || recordHeader(r, sink.HeaderID) == "" {
+		err := sink.ReadRanges(ctx, cl, ranges, func(r *kgo.Record, st sink.RecordState) error {
+			if st != sink.RecordCommitted || recordHeader(r, sink.HeaderReplay) != "" || recordHeader(r, sink.HeaderID) == "" {
 				return nil // not an event walrelay delivered (a replay's, or another producer's)
 			}
 			found[tp{r.Topic, r.Partition}] = true
@@ -202,11 +202,11 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 		}
 		for k, r := range pending {
 			s, _ := starts.Lookup(k.topic, k.p)
-			if found[k] || r.from <= s.Offset {
+			if found[k] || r.From <= s.Offset {
 				delete(pending, k) // found, or nothing committed in the whole partition
 				continue
 			}
-			pending[k] = offsetRange{from: max(s.Offset, r.to-window*8), to: r.from}
+			pending[k] = sink.OffsetRange{From: max(s.Offset, r.To-window*8), To: r.From}
 		}
 	}
 	return nil

@@ -158,7 +158,7 @@ func Redrive(ctx context.Context, opts RedriveOptions) (RedriveResult, error) {
 	if err != nil {
 		return res, err
 	}
-	cl, err := newReadbackClient(snk)
+	cl, err := snk.NewReadbackClient()
 	if err != nil {
 		return res, err
 	}
@@ -245,7 +245,7 @@ func (r *redriver) run(ctx context.Context) error {
 		return fmt.Errorf("kafka: read the committed offsets of group %s: %w", r.opts.Group, err)
 	}
 	before := map[int32]partProgress{}
-	ranges := map[string]map[int32]offsetRange{topic: {}}
+	ranges := map[string]map[int32]sink.OffsetRange{topic: {}}
 	ends.Each(func(o kadm.ListedOffset) {
 		s, _ := starts.Lookup(topic, o.Partition)
 		p := partProgress{committed: s.Offset}
@@ -254,16 +254,16 @@ func (r *redriver) run(ctx context.Context) error {
 			p.committed = max(p.committed, s.Offset)
 		}
 		before[o.Partition] = p
-		ranges[topic][o.Partition] = offsetRange{from: p.committed, to: o.Offset}
+		ranges[topic][o.Partition] = sink.OffsetRange{From: p.committed, To: o.Offset}
 	})
 	// Pass one: which records this run leaves behind; a partition is read
 	// only as far as the group can remember them.
 	left := map[int32][]int64{}
-	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
+	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
 		p := before[rec.Partition]
 		switch {
-		case st == stateAborted || p.done(rec.Offset):
-		case st == stateOpen || !r.selected(rec):
+		case st == sink.RecordAborted || p.done(rec.Offset):
+		case st == sink.RecordOpen || !r.selected(rec):
 			left[rec.Partition] = append(left[rec.Partition], rec.Offset)
 		}
 		return nil
@@ -275,7 +275,7 @@ func (r *redriver) run(ctx context.Context) error {
 		slices.Sort(offs)
 		if len(offs) > maxLeft {
 			rg := ranges[topic][part]
-			rg.to = offs[maxLeft]
+			rg.To = offs[maxLeft]
 			ranges[topic][part] = rg
 			offs = offs[:maxLeft]
 			left[part] = offs
@@ -284,7 +284,7 @@ func (r *redriver) run(ctx context.Context) error {
 	}
 	for part, rg := range ranges[topic] {
 		e, _ := ends.Lookup(topic, part)
-		r.res.Deferred += e.Offset - rg.to
+		r.res.Deferred += e.Offset - rg.To
 	}
 	if r.res.Deferred > 0 {
 		r.opts.Logger.Warn("dlq redrive: more records are left behind than the group can remember; the rest waits for the next redrive",
@@ -295,8 +295,8 @@ func (r *redriver) run(ctx context.Context) error {
 	var sendErr error // the first record Kafka did not take
 	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProduce()
-	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
-		if st != stateCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
+	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
+		if st != sink.RecordCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -360,14 +360,14 @@ func (r *redriver) run(ctx context.Context) error {
 
 // commit records the partitions' progress: every offset of their ranges is
 // done but those in left.
-func (r *redriver) commit(ctx context.Context, ranges map[int32]offsetRange, left map[int32][]int64) error {
+func (r *redriver) commit(ctx context.Context, ranges map[int32]sink.OffsetRange, left map[int32][]int64) error {
 	offs := kadm.Offsets{}
 	for part, rg := range ranges {
 		l := left[part]
 		slices.Sort(l)
-		p := partProgress{committed: rg.to, end: rg.to}
+		p := partProgress{committed: rg.To, end: rg.To}
 		if len(l) > 0 {
-			p = partProgress{committed: l[0], end: rg.to, left: l}
+			p = partProgress{committed: l[0], end: rg.To, left: l}
 		}
 		offs.Add(kadm.Offset{Topic: r.res.Topic, Partition: part, At: p.committed, LeaderEpoch: -1, Metadata: p.String()})
 	}
