@@ -25,9 +25,10 @@
 //     Debezium's slot without a gap;
 //   - migrate.go: Migrate (MigrateOptions) creates the outbox table.
 //
-// It imports relay for the errors and dead-letter reasons it shares with
-// the runtime (OptionError, PoisonError, DeadLetterReason); relay never
-// imports it.
+// It stands beside the runtime, not on it: it imports the stages (and
+// internal/retry), never relay, and relay never imports it. What both need
+// lives below them: the dead-letter reasons and PoisonError in sink
+// (reason.go), slot and catalog reads in replication.
 //
 // Invariants kept here:
 //   - a replay never touches the slot, never skips a selected row (its

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/migrations"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -34,7 +33,7 @@ type MigrateOptions struct {
 func Migrate(ctx context.Context, opts MigrateOptions, log *slog.Logger) error {
 	tn, err := replication.ParseTable(opts.Table)
 	if err != nil {
-		return &relay.OptionError{Option: "Table", Err: err}
+		return &OptionError{Option: "Table", Err: err}
 	}
 	ms, err := migrations.All()
 	if err != nil {
@@ -51,7 +50,7 @@ func Migrate(ctx context.Context, opts MigrateOptions, log *slog.Logger) error {
 	defer cancel()
 	pc, err := pgconn.ParseConfig(opts.DSN)
 	if err != nil {
-		return &relay.OptionError{Option: "DSN", Err: err}
+		return &OptionError{Option: "DSN", Err: err}
 	}
 	conn, err := pgconn.ConnectConfig(cctx, pc)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -322,7 +321,7 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	margin := opts.Margin
 	rec := Recovery{Margin: margin}
 	if margin < 0 {
-		return rec, &relay.OptionError{Option: "Margin", Err: errors.New("must not be negative")}
+		return rec, &OptionError{Option: "Margin", Err: errors.New("must not be negative")}
 	}
 	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
 	if err != nil {

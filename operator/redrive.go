@@ -19,7 +19,6 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -58,7 +57,7 @@ type RedriveOptions struct {
 	KafkaTimeout time.Duration
 	Logger       *slog.Logger // nil: slog.Default()
 
-	// Reasons are walrelay.dlq.reason values (relay.DeadLetterReason).
+	// Reasons are walrelay.dlq.reason values (sink.DeadLetterReason).
 	Reasons []string
 	// Topics are the topics the events were meant for (walrelay.dlq.topic).
 	Topics []string
@@ -140,12 +139,12 @@ func Redrive(ctx context.Context, opts RedriveOptions) (RedriveResult, error) {
 	}
 	res := RedriveResult{Topic: opts.Sink.DeadLetterTopic(), Group: opts.Group}
 	if opts.KafkaTimeout <= 0 {
-		return res, &relay.OptionError{Option: "KafkaTimeout", Err: errors.New("must be positive")}
+		return res, &OptionError{Option: "KafkaTimeout", Err: errors.New("must be positive")}
 	}
-	opts.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
+	opts.Decoder.HeartbeatPrefix = decoder.DefaultHeartbeatPrefix
 	dec, err := decoder.New(opts.Decoder)
 	if err != nil {
-		return res, &relay.OptionError{Option: "Decoder", Err: err}
+		return res, &OptionError{Option: "Decoder", Err: err}
 	}
 	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
 	if err != nil {
@@ -480,7 +479,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome, item.Target = RedriveSent, out.Topic()
 			return item, out, nil
 		}
-		if _, ok := relay.RefusalReason(err); !ok {
+		if _, ok := sink.RefusalReason(err); !ok {
 			return item, sink.Record{}, err
 		}
 		cause = err
@@ -559,7 +558,7 @@ func storedCause(rec *kgo.Record, reason string, t *outboxTable) error {
 	switch {
 	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
 		return errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
-	case !relay.IsRefusal(reason) || reason == string(relay.ReasonUnsupportedValue):
+	case !sink.IsRefusal(reason) || reason == string(sink.ReasonUnsupportedValue):
 		return fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", reason)
 	}
 	return t.storedLacks()

@@ -84,7 +84,7 @@ func TestRedrive(t *testing.T) {
 	}
 
 	// Only topic_refused first: the empty keys are left for later.
-	res, err := redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(relay.ReasonTopicRefused)}})
+	res, err := redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(sink.ReasonTopicRefused)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRedrive(t *testing.T) {
 		t.Fatal("no record dead-lettered again")
 	}
 	if relaytest.HeaderValue(again, sink.HeaderID) != emptyGone[0] || relaytest.HeaderValue(again, sink.HeaderDLQAttempts) != "1" ||
-		relaytest.HeaderValue(again, sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
+		relaytest.HeaderValue(again, sink.HeaderDLQReason) != string(sink.ReasonEmptyAggregateID) {
 		t.Errorf("dead-lettered again: %s attempts %q reason %q", relaytest.HeaderValue(again, sink.HeaderID), relaytest.HeaderValue(again, sink.HeaderDLQAttempts),
 			relaytest.HeaderValue(again, sink.HeaderDLQReason))
 	}

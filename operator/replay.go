@@ -17,7 +17,6 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -68,7 +67,7 @@ type ReplayOptions struct {
 	// MaxInFlight caps the rows awaiting Kafka's acknowledgement (at least
 	// 2).
 	MaxInFlight int
-	// StopOnPoison stops the replay with a *relay.PoisonError at a row Kafka
+	// StopOnPoison stops the replay with a *sink.PoisonError at a row Kafka
 	// can never accept, instead of sending it to the dead-letter topic.
 	StopOnPoison bool
 	// ShutdownTimeout bounds the wait for what was sent once ctx ends;
@@ -225,27 +224,27 @@ func newReplayer(ro ReplayOptions) (*replayer, error) {
 	}
 	switch {
 	case ro.MaxInFlight < 2:
-		return nil, &relay.OptionError{Option: "MaxInFlight", Err: errors.New("must be at least 2")}
+		return nil, &OptionError{Option: "MaxInFlight", Err: errors.New("must be at least 2")}
 	case ro.ShutdownTimeout <= 0, ro.KafkaTimeout <= 0:
-		return nil, &relay.OptionError{Option: "ShutdownTimeout, KafkaTimeout", Err: errors.New("must be positive")}
+		return nil, &OptionError{Option: "ShutdownTimeout, KafkaTimeout", Err: errors.New("must be positive")}
 	case ro.ExactlyOnce != nil && (ro.ExactlyOnce.TransactionalID == "" || ro.ExactlyOnce.CommitInterval <= 0 || ro.ExactlyOnce.MaxRecords <= 0):
-		return nil, &relay.OptionError{Option: "ExactlyOnce", Err: errors.New("needs a transactional id, a positive commit interval and a positive number of records")}
+		return nil, &OptionError{Option: "ExactlyOnce", Err: errors.New("needs a transactional id, a positive commit interval and a positive number of records")}
 	case ro.Rate < 0:
-		return nil, &relay.OptionError{Option: "Rate", Err: errors.New("must not be negative")}
+		return nil, &OptionError{Option: "Rate", Err: errors.New("must not be negative")}
 	case !ro.Selection.Since.IsZero() && !ro.Selection.Until.IsZero() && !ro.Selection.Since.Before(ro.Selection.Until):
-		return nil, &relay.OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
+		return nil, &OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
 			ro.Selection.Since.UTC().Format(time.RFC3339), ro.Selection.Until.UTC().Format(time.RFC3339))}
 	}
 	if err := replication.ValidateIdentifier(ro.TimeColumn); err != nil {
-		return nil, &relay.OptionError{Option: "TimeColumn", Err: err}
+		return nil, &OptionError{Option: "TimeColumn", Err: err}
 	}
 	if len(ro.Decoder.Tables) == 0 {
 		return nil, &NothingToReplayError{Reason: fmt.Sprintf("walrelay reads a tableless outbox (logical messages with prefix %q): "+
 			"its events were never rows of a table, so no row can be published again", ro.Decoder.MessagePrefix)}
 	}
-	ro.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
+	ro.Decoder.HeartbeatPrefix = decoder.DefaultHeartbeatPrefix
 	if _, err := decoder.New(ro.Decoder); err != nil {
-		return nil, &relay.OptionError{Option: "Decoder", Err: err}
+		return nil, &OptionError{Option: "Decoder", Err: err}
 	}
 	r := &replayer{ro: ro, log: ro.Logger, sel: ro.Selection}
 	names := make([]string, len(ro.Decoder.Tables))
@@ -685,7 +684,7 @@ func (r *replayer) progress() ReplayProgress {
 func connectPlain(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &relay.OptionError{Option: "Replication.DSN", Err: err}
+		return nil, &OptionError{Option: "DSN", Err: err}
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = app

@@ -214,8 +214,8 @@ func TestReplaySameRecords(t *testing.T) {
 	}
 	dlq := relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), sink.DefaultDLQTopic, 2)
 	dorig, dre := split(dlq)
-	if len(dre) != 1 || relaytest.HeaderValue(dre[0], sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
-		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), relay.ReasonEmptyAggregateID)
+	if len(dre) != 1 || relaytest.HeaderValue(dre[0], sink.HeaderDLQReason) != string(sink.ReasonEmptyAggregateID) {
+		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), sink.ReasonEmptyAggregateID)
 	}
 	sameRecord(t, dre[0], dorig[dl[0]], "r1", res.CommitTimes, createdAt)
 }

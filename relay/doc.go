@@ -12,12 +12,12 @@
 // sibling package operator; relay never imports it.
 //
 // Entry points: relay.go (Run) and options.go (Options, ExactlyOnce,
-// OutboxSpanOptions, OptionError); the errors Run stops with are in
-// pipeline.go (PoisonError), eos.go (FencedError) and slotlost.go
-// (SlotLostError); deadletter.go holds the dead-letter reasons (the
-// pipeline's, and the operator's replays and redrives). Options, Run, those
-// errors, DeadLetterReason, ParseTracingEnv and BuildVersion are the
-// embedding API; the rest is internal.
+// OutboxSpanOptions, OptionError); the errors Run stops with are in eos.go
+// (FencedError) and slotlost.go (SlotLostError), besides the sink's
+// PoisonError (the dead-letter reasons are the sink's too, sink/reason.go,
+// shared with the operator's replays and redrives). Options, Run, those
+// errors, ParseTracingEnv and BuildVersion are the embedding API; the rest
+// is internal.
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and

@@ -8,7 +8,8 @@
 // for good; only then may the caller count it as delivered.
 //
 // Entry points: sink.go (New, Sink.Prepare, Sink.Send), deadletter.go
-// (Sink.PrepareDeadLetter), txn.go (Kafka transactions, exactly-once),
+// (Sink.PrepareDeadLetter), reason.go (why an event is dead-lettered:
+// DeadLetterReason, PoisonOf, RefusalReason; PoisonError), txn.go (Kafka transactions, exactly-once),
 // checkpoint.go (the exactly-once checkpoint record and ReadCheckpoint),
 // readback.go (ReadRanges: records read back as a read_committed consumer
 // sees them, the one reader the operator's tools use too), replay.go

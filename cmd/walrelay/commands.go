@@ -57,6 +57,7 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 func settingError(err error) (error, bool) {
 	var ce *config.Error
 	var oe *relay.OptionError
+	var ooe *operator.OptionError
 	var se *sink.SettingError
 	var sse *schema.SettingError
 	switch {
@@ -64,6 +65,8 @@ func settingError(err error) (error, bool) {
 		return err, true
 	case errors.As(err, &oe):
 		return config.OptionError(oe), true
+	case errors.As(err, &ooe):
+		return config.OperatorError(ooe), true
 	case errors.As(err, &se):
 		return config.SinkError(se), true
 	case errors.As(err, &sse):
