@@ -409,7 +409,16 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 	if err := runEnvScript(t, env, 3*time.Minute, extra, "pg.sh", "start"); err != nil {
 		t.Fatalf("start the standby: %v", err)
 	}
-	target := currentLSN(t, penv.pgDSN)
+	waitReplayed(t, dsn, currentLSN(t, penv.pgDSN))
+	senv := *penv
+	senv.pgDSN = dsn
+	return &senv
+}
+
+// waitReplayed waits until the standby at dsn has replayed the WAL up to target (a
+// position of its primary), so that what the primary committed before target is there.
+func waitReplayed(t *testing.T, dsn string, target lsn) {
+	t.Helper()
 	testwait.Eventually(t, time.Minute, "the standby to replay "+target.String(), func() bool {
 		var s *string
 		if err := pgPool(t, dsn).scan(context.Background(), "SELECT pg_last_wal_replay_lsn()::text", nil, &s); err != nil || s == nil {
@@ -418,7 +427,4 @@ func standbyWithSlotCopy(t *testing.T, env, penv *testEnv, pScript []string, slo
 		l, err := parseLSN(*s)
 		return err == nil && l >= target
 	})
-	senv := *penv
-	senv.pgDSN = dsn
-	return &senv
 }

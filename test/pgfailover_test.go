@@ -355,6 +355,8 @@ func TestDecodingOnStandby(t *testing.T) {
 	s := newScenario(t, h.primary, "hastandby")
 	pgExec(t, h.primary.pgDSN, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)",
 		pgx.Identifier{s.name}.Sanitize(), pgx.Identifier(strings.Split(s.table, ".")).Sanitize()))
+	// The standby must hold the table and the publication before walrelay looks for them there.
+	waitReplayed(t, h.standby.pgDSN, currentLSN(t, h.primary.pgDSN))
 	args := faultWithFlag(s.runArgs("--status-interval", "200ms", "--heartbeat-interval", "1s", "--heartbeat-postgres-dsn", h.primary.pgDSN),
 		"--postgres-dsn", h.standby.pgDSN)
 	if h.version < 160000 {
