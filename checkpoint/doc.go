@@ -7,6 +7,8 @@
 // every transaction ending at or before it is fully acknowledged; only the
 // watermark may ever be reported as flushed.
 //
+// Entry point: tracker.go (New, Tracker: Begin, Add, Ack, Watermark).
+//
 // Invariants:
 //   - the watermark never passes a transaction with an unacknowledged record,
 //     nor a transaction whose commit has not been read;

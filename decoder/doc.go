@@ -20,6 +20,11 @@
 //     (KindIgnored, with a Reason).
 //   - Relation, Type and Origin messages only update state (KindNone).
 //
+// Entry points: decoder.go (New, Decoder.Decode), row.go
+// (Decoder.DecodeRow: a row read back from an outbox table, as a replay
+// sends it) and config.go (Config, DefaultColumns, DebeziumColumns); the
+// other files serve them.
+//
 // # Columns
 //
 // Columns maps an outbox table's columns to event fields. Besides the

@@ -1,20 +1,51 @@
 // Package operator holds the operator's tools for the bad day: replay,
 // recovery after a lost slot, dead-letter redrive, prune and its guard,
 // retention span, cutover from Debezium. They use the same stages as the
-// runtime (relay) on the outbox table's rows and on what Kafka holds:
-// Replay re-publishes kept rows (each row through the decoder's DecodeRow
-// and the sink's Prepare, as the relay sends its INSERT); PlanRecovery and
-// LastDelivered find where a lost slot left off; Redrive sends
-// dead-lettered events to their topics; PruneGuard and Prune delete only
-// the rows whose events are in Kafka; Cutover takes over from Debezium's
-// slot without a gap.
+// runtime (relay) on the outbox table's rows and on what Kafka holds, and
+// are safe to interrupt, retry, run twice or in the wrong order.
+//
+// Entry points, each with an options type of its own that holds only what
+// it uses (the command maps walrelay run's settings to it, so that what a
+// tool sends is the record run makes, and what it reads is where run
+// wrote):
+//   - replay.go: Replay (ReplayOptions) re-publishes kept rows, each through
+//     the decoder's DecodeRow and the sink's Prepare as the relay sends its
+//     INSERT (replay_query.go reads the rows, replay_send.go produces them,
+//     replay_token.go is the resume token);
+//   - recover.go: LastDelivered (DeliveredOptions) reads back the newest
+//     event in Kafka; PlanRecovery and Recovery.CreateSlot
+//     (RecoveryOptions) find where a lost slot left off and hand over to a
+//     new one;
+//   - redrive.go: Redrive (RedriveOptions) sends dead-lettered events to
+//     their topics;
+//   - prune.go: Prune (PruneOptions) deletes old rows and drops old daily
+//     partitions, through pruneguard.go's PruneGuard;
+//   - span.go: ReadOutboxSpans, how far back a replay can reach;
+//   - cutover.go: Cutover and DropFromSlot (CutoverOptions) take over from
+//     Debezium's slot without a gap;
+//   - migrate.go: Migrate (MigrateOptions) creates the outbox table.
+//
+// It stands beside the runtime, not on it: it imports the stages (and
+// internal/retry), never relay, and relay never imports it. What both need
+// lives below them: the dead-letter reasons and PoisonError in sink
+// (reason.go), slot and catalog reads in replication.
 //
 // Invariants kept here:
 //   - a replay never touches the slot, never skips a selected row (its
-//     resume token is the acknowledged prefix of the rows it sent), and in
-//     exactly-once mode never fences the relay's producer (a transactional
-//     id of its own);
-//   - a redrive remembers what it sent only once Kafka acknowledged it, and
-//     a prune guard lets a row go only once the slot confirmed past its
-//     transaction.
+//     resume token is the acknowledged prefix of the rows it sent:
+//     replay_send.go), and in exactly-once mode never fences the relay's
+//     producer (a transactional id of its own: replay.go);
+//   - a redrive remembers what it sent (its group's committed offsets) only
+//     once Kafka acknowledged it (redrive.go);
+//   - a prune guard lets a row go only once the slot confirmed past its
+//     transaction, or, with the slot gone, once it is older than the last
+//     delivered event less the margin (pruneguard.go); a daily partition is
+//     dropped only when every row in it may go, checked under its lock
+//     (prune.go);
+//   - a recovery refuses while the slot is valid, and creates the new slot
+//     before the replay reads its snapshot, so nothing falls between them
+//     (recover.go);
+//   - cutover drops Debezium's slot only once it is inactive and confirmed
+//     walrelay's start, and while walrelay's own slot exists and is valid
+//     (cutover.go).
 package operator

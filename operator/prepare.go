@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -21,7 +20,7 @@ type producer interface {
 // the dead-letter topic (Reason set; Intended is the topic it was meant for).
 type prepared struct {
 	Record   sink.Record
-	Reason   relay.DeadLetterReason
+	Reason   sink.DeadLetterReason
 	Intended string
 	Cause    error
 }
@@ -29,16 +28,16 @@ type prepared struct {
 // prepareEvent makes ev's record by the pipeline's rules (pipeline.produce),
 // for the runs beside it (replay, redrive): a poisoned event, or one the
 // sink refuses for a dead-letter reason, gets its dead-letter record, or
-// with onPoison stop a *relay.PoisonError; while Kafka cannot answer a topic's
+// with stop a *sink.PoisonError; while Kafka cannot answer a topic's
 // look-up the preparation is retried with backoff until ctx ends (each
 // retry logged on log).
-func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison string, log *slog.Logger) (prepared, error) {
+func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, stop bool, log *slog.Logger) (prepared, error) {
 	retry := func(prepare func() (sink.Record, error)) (sink.Record, error) {
 		return retryPrepare(ctx, log, ev.ID, prepare)
 	}
-	deadLetter := func(intended string, reason relay.DeadLetterReason, cause error) (prepared, error) {
-		if onPoison == relay.OnPoisonStop {
-			return prepared{}, &relay.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
+	deadLetter := func(intended string, reason sink.DeadLetterReason, cause error) (prepared, error) {
+		if stop {
+			return prepared{}, &sink.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 		}
 		rec, err := retry(func() (sink.Record, error) { return p.PrepareDeadLetter(ctx, ev, intended, string(reason), cause) })
 		if err != nil {
@@ -46,7 +45,7 @@ func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison s
 		}
 		return prepared{Record: rec, Reason: reason, Intended: intended, Cause: cause}, nil
 	}
-	if reason, cause := relay.PoisonOf(ev); cause != nil {
+	if reason, cause := sink.PoisonOf(ev); cause != nil {
 		intended, _ := p.Topic(ev) // best effort: for the dead-letter header
 		return deadLetter(intended, reason, cause)
 	}
@@ -56,7 +55,7 @@ func prepareEvent(ctx context.Context, p producer, ev *decoder.Event, onPoison s
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
-		if reason, ok := relay.RefusalReason(err); ok {
+		if reason, ok := sink.RefusalReason(err); ok {
 			return deadLetter(pe.Topic, reason, err)
 		}
 	}

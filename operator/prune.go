@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -68,16 +67,16 @@ type PruneOptions struct {
 	// confirmed its transaction (PruneGuard), unless Force.
 	Slot  string
 	Force bool
-	// Delivered are the runtime's options that find the last event
-	// delivered when the slot is gone (LastDelivered): then rows older than
-	// it less RecoveryMargin go. Nil: no row goes while the slot is gone.
-	Delivered      *relay.Options
+	// Delivered finds the last event delivered when the slot is gone
+	// (LastDelivered): then rows older than it less RecoveryMargin go. Nil:
+	// no row goes while the slot is gone.
+	Delivered      *DeliveredOptions
 	RecoveryMargin time.Duration
 }
 
 // validate checks what Prune relies on.
 func (o PruneOptions) validate() error {
-	bad := func(option, msg string) error { return &relay.OptionError{Option: option, Err: errors.New(msg)} }
+	bad := func(option, msg string) error { return &OptionError{Option: option, Err: errors.New(msg)} }
 	switch {
 	case o.OlderThan < MinPruneAge:
 		return bad("OlderThan", "must be at least "+MinPruneAge.String())
@@ -87,10 +86,10 @@ func (o PruneOptions) validate() error {
 		return bad("RecoveryMargin", "must not be negative")
 	}
 	if _, err := replication.ParseTable(o.Table); err != nil {
-		return &relay.OptionError{Option: "Table", Err: err}
+		return &OptionError{Option: "Table", Err: err}
 	}
 	if err := replication.ValidateIdentifier(o.TimeColumn); err != nil {
-		return &relay.OptionError{Option: "TimeColumn", Err: err}
+		return &OptionError{Option: "TimeColumn", Err: err}
 	}
 	return nil
 }
@@ -101,7 +100,7 @@ func (o PruneOptions) validate() error {
 // is taken from the server's clock. Every batch commits on its own: after an
 // error, or when ctx is cancelled (which aborts the batch in progress), the
 // result counts what was already done. Invalid options are reported as a
-// *relay.OptionError.
+// *OptionError.
 func Prune(ctx context.Context, opts PruneOptions, log *slog.Logger) (PruneResult, error) {
 	res := PruneResult{Table: opts.Table, DryRun: opts.DryRun}
 	if err := opts.validate(); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -53,6 +52,22 @@ type LastDelivery struct {
 	Topics     int // topics read
 }
 
+// DeliveredOptions are what LastDelivered reads Kafka with: walrelay run's
+// Kafka settings and topic templates (give it the relay's), and in
+// exactly-once mode its checkpoint topic, DSN and slot.
+type DeliveredOptions struct {
+	Sink sink.Config
+	// CheckpointTopic is the exactly-once checkpoint topic; "" in
+	// at-least-once mode.
+	CheckpointTopic string
+	// DSN and Slot (default walrelay) key the slot's checkpoint with the
+	// server's system identifier; PasswordSource supplies the password of
+	// the connection to DSN (nil: the DSN's).
+	DSN, Slot      string
+	PasswordSource replication.PasswordSource
+	Logger         *slog.Logger // nil: slog.Default()
+}
+
 // readbackWindow is how many offsets at the end of a partition are read
 // first for its newest committed record; a window without one is widened.
 const readbackWindow = 64
@@ -64,7 +79,7 @@ const readbackWindow = 64
 // exactly-once mode it also reads the slot's checkpoint (the system
 // identifier comes from Postgres; without the privilege to read it, the
 // checkpoint is left out). Nothing is produced and no producer is fenced.
-func LastDelivered(ctx context.Context, opts relay.Options) (LastDelivery, error) {
+func LastDelivered(ctx context.Context, opts DeliveredOptions) (LastDelivery, error) {
 	var last LastDelivery
 	log := opts.Logger
 	if log == nil {
@@ -75,7 +90,7 @@ func LastDelivered(ctx context.Context, opts relay.Options) (LastDelivery, error
 		return last, err
 	}
 	defer snk.Close()
-	cl, err := newReadbackClient(snk)
+	cl, err := snk.NewReadbackClient()
 	if err != nil {
 		return last, err
 	}
@@ -85,8 +100,8 @@ func LastDelivered(ctx context.Context, opts relay.Options) (LastDelivery, error
 	if err != nil {
 		return last, err
 	}
-	if x := opts.ExactlyOnce; x != nil {
-		topics = slices.DeleteFunc(topics, func(t string) bool { return t == x.CheckpointTopic })
+	if cp := opts.CheckpointTopic; cp != "" {
+		topics = slices.DeleteFunc(topics, func(t string) bool { return t == cp })
 	}
 	last.Topics = len(topics)
 	if len(topics) > 0 {
@@ -94,7 +109,7 @@ func LastDelivered(ctx context.Context, opts relay.Options) (LastDelivery, error
 			return last, err
 		}
 	}
-	if x := opts.ExactlyOnce; x != nil {
+	if opts.CheckpointTopic != "" {
 		cp, ok, err := slotCheckpoint(ctx, snk, opts)
 		if err != nil {
 			log.Warn("recovery: the exactly-once checkpoint could not be read; the newest records alone say what was delivered", "error", err.Error())
@@ -156,24 +171,24 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 		topic string
 		p     int32
 	}
-	pending := map[tp]offsetRange{}
+	pending := map[tp]sink.OffsetRange{}
 	ends.Each(func(o kadm.ListedOffset) {
 		s, _ := starts.Lookup(o.Topic, o.Partition)
 		if o.Offset > s.Offset {
-			pending[tp{o.Topic, o.Partition}] = offsetRange{from: max(s.Offset, o.Offset-readbackWindow), to: o.Offset}
+			pending[tp{o.Topic, o.Partition}] = sink.OffsetRange{From: max(s.Offset, o.Offset-readbackWindow), To: o.Offset}
 		}
 	})
 	for window := int64(readbackWindow); len(pending) > 0; window *= 8 {
-		ranges := map[string]map[int32]offsetRange{}
+		ranges := map[string]map[int32]sink.OffsetRange{}
 		for k, r := range pending {
 			if ranges[k.topic] == nil {
-				ranges[k.topic] = map[int32]offsetRange{}
+				ranges[k.topic] = map[int32]sink.OffsetRange{}
 			}
 			ranges[k.topic][k.p] = r
 		}
 		found := map[tp]bool{}
-		err := readRanges(ctx, cl, ranges, func(r *kgo.Record, st recordState) error {
-			if st != stateCommitted || recordHeader(r, sink.HeaderReplay) != "" || recordHeader(r, sink.HeaderID) == "" {
+		err := sink.ReadRanges(ctx, cl, ranges, func(r *kgo.Record, st sink.RecordState) error {
+			if st != sink.RecordCommitted || recordHeader(r, sink.HeaderReplay) != "" || recordHeader(r, sink.HeaderID) == "" {
 				return nil // not an event walrelay delivered (a replay's, or another producer's)
 			}
 			found[tp{r.Topic, r.Partition}] = true
@@ -188,11 +203,11 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 		}
 		for k, r := range pending {
 			s, _ := starts.Lookup(k.topic, k.p)
-			if found[k] || r.from <= s.Offset {
+			if found[k] || r.From <= s.Offset {
 				delete(pending, k) // found, or nothing committed in the whole partition
 				continue
 			}
-			pending[k] = offsetRange{from: max(s.Offset, r.to-window*8), to: r.from}
+			pending[k] = sink.OffsetRange{From: max(s.Offset, r.To-window*8), To: r.From}
 		}
 	}
 	return nil
@@ -221,8 +236,8 @@ func recordHeader(r *kgo.Record, key string) string {
 
 // slotCheckpoint reads the exactly-once checkpoint of opts' slot, keyed by
 // the server's system identifier.
-func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts relay.Options) (sink.Checkpoint, bool, error) {
-	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
+func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts DeliveredOptions) (sink.Checkpoint, bool, error) {
+	conn, err := connectPlain(ctx, opts.DSN, "walrelay recovery", opts.PasswordSource)
 	if err != nil {
 		return sink.Checkpoint{}, false, err
 	}
@@ -231,11 +246,11 @@ func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts relay.Options) (si
 	if err != nil {
 		return sink.Checkpoint{}, false, fmt.Errorf("read the system identifier: %w", err)
 	}
-	slot := opts.Replication.Slot
+	slot := opts.Slot
 	if slot == "" {
 		slot = "walrelay"
 	}
-	return snk.ReadCheckpoint(ctx, opts.ExactlyOnce.CheckpointTopic, sink.CheckpointKey(sysID, slot))
+	return snk.ReadCheckpoint(ctx, opts.CheckpointTopic, sink.CheckpointKey(sysID, slot))
 }
 
 // SlotState is a replication slot as pg_replication_slots shows it.
@@ -267,6 +282,19 @@ func ReadSlotState(ctx context.Context, conn *pgx.Conn, slot string) (SlotState,
 	return st, nil
 }
 
+// RecoveryOptions are what PlanRecovery and CreateSlot need: the slot to
+// recover, which CreateSlot makes as walrelay run does (give it the
+// relay's), and where to find the last delivered event.
+type RecoveryOptions struct {
+	Replication replication.Config
+	// Delivered finds the last delivered event; its DSN and Slot are
+	// Replication's.
+	Delivered DeliveredOptions
+	// Margin is how far before the last delivered event the replay starts
+	// (walrelay's default: DefaultRecoveryMargin); not negative.
+	Margin time.Duration
+}
+
 // Recovery is the plan of a replay after a lost slot: the rows committed
 // since the last delivered event, less the margin.
 type Recovery struct {
@@ -291,10 +319,11 @@ func (e *SlotInUseError) Error() string {
 
 // PlanRecovery checks opts' slot and finds the last delivered event: the
 // slot must be missing or lost (a *SlotInUseError otherwise).
-func PlanRecovery(ctx context.Context, opts relay.Options, margin time.Duration) (Recovery, error) {
+func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
+	margin := opts.Margin
 	rec := Recovery{Margin: margin}
 	if margin < 0 {
-		return rec, &relay.OptionError{Option: "Margin", Err: errors.New("must not be negative")}
+		return rec, &OptionError{Option: "Margin", Err: errors.New("must not be negative")}
 	}
 	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 	if err != nil {
@@ -311,7 +340,9 @@ func PlanRecovery(ctx context.Context, opts relay.Options, margin time.Duration)
 	if rec.Slot.Exists && !rec.Slot.Lost {
 		return rec, &SlotInUseError{Slot: rec.Slot}
 	}
-	if rec.Delivered, err = LastDelivered(ctx, opts); err != nil {
+	d := opts.Delivered
+	d.DSN, d.Slot, d.PasswordSource = opts.Replication.DSN, slot, opts.Replication.PasswordSource
+	if rec.Delivered, err = LastDelivered(ctx, d); err != nil {
 		return rec, err
 	}
 	if rec.Delivered.Found {
@@ -326,7 +357,7 @@ func PlanRecovery(ctx context.Context, opts relay.Options, margin time.Duration)
 // snapshot: every transaction committed before the slot's start is then in
 // the snapshot, and every later one is streamed by the slot, so nothing
 // falls between them.
-func (rec *Recovery) CreateSlot(ctx context.Context, opts relay.Options) error {
+func (rec *Recovery) CreateSlot(ctx context.Context, opts RecoveryOptions) error {
 	if rec.Slot.Exists {
 		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 		if err != nil {

@@ -72,7 +72,7 @@ func TestLastDeliveredReadsBack(t *testing.T) {
 		}
 	}
 	opts := testOptions("postgres://unused", c.ListenAddrs(), "lr")
-	last, err := LastDelivered(ctx, opts)
+	last, err := LastDelivered(ctx, delivered(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestLastDeliveredReadsBack(t *testing.T) {
 	}
 	// Without the transaction's record, the newest is the 200th of lr.order.
 	opts.Sink.Topic = "lr.order"
-	if last, err = LastDelivered(ctx, opts); err != nil || last.ID != "199" {
+	if last, err = LastDelivered(ctx, delivered(opts)); err != nil || last.ID != "199" {
 		t.Errorf("last delivered on lr.order: %+v, %v; want event 199", last, err)
 	}
 }
@@ -98,7 +98,7 @@ func TestPlanRecovery(t *testing.T) {
 	ids := f.txn(t, [4]string{"b", "e", `'{}'`, `'{}'`})
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
 	ctx := context.Background()
-	_, err := PlanRecovery(ctx, f.opts, time.Minute)
+	_, err := PlanRecovery(ctx, recovery(f.opts, time.Minute))
 	var inUse *SlotInUseError
 	if !errors.As(err, &inUse) {
 		t.Fatalf("recovery with the slot in place: %v, want a SlotInUseError", err)
@@ -106,20 +106,20 @@ func TestPlanRecovery(t *testing.T) {
 	f.Cancel()
 	f.Done <- <-f.Done // stopped; the cleanup's stop finds it so
 	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
-	rec, err := PlanRecovery(ctx, f.opts, time.Minute)
+	rec, err := PlanRecovery(ctx, recovery(f.opts, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.Slot.Exists || !rec.Delivered.Found || rec.Delivered.ID != ids[0] || !rec.Since.Equal(rec.Delivered.Time.Add(-time.Minute)) {
 		t.Fatalf("recovery plan %+v, want the last row %s delivered and a start a minute before it", rec, ids[0])
 	}
-	if err := rec.CreateSlot(ctx, f.opts); err != nil {
+	if err := rec.CreateSlot(ctx, recovery(f.opts, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.Name); n != 1 {
 		t.Fatalf("%d slots named %s after CreateSlot, want 1", n, f.Name)
 	}
-	if _, err := PlanRecovery(ctx, f.opts, time.Minute); !errors.As(err, &inUse) {
+	if _, err := PlanRecovery(ctx, recovery(f.opts, time.Minute)); !errors.As(err, &inUse) {
 		t.Fatalf("recovery after the new slot: %v, want a SlotInUseError", err)
 	}
 }
@@ -133,7 +133,7 @@ func TestLastDeliveredExactlyOnce(t *testing.T) {
 	})
 	ids := f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`}, [4]string{"b", "e", `'{}'`, `'{}'`})
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
-	last, err := LastDelivered(context.Background(), f.opts)
+	last, err := LastDelivered(context.Background(), delivered(f.opts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
-	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -42,10 +42,25 @@ import (
 // redriven.
 const DefaultRedriveGroup = "walrelay-dlq-redrive"
 
-// RedriveOptions select the dead-letter records to redrive: those matching
-// every criterion given (an empty list or a zero time matches all).
+// RedriveOptions are the settings of one redrive: walrelay run's tables,
+// mapping, routing and Kafka settings (give it the relay's), and the
+// dead-letter records it selects, those matching every criterion given (an
+// empty list or a zero time matches all).
 type RedriveOptions struct {
-	// Reasons are walrelay.dlq.reason values (relay.DeadLetterReason).
+	// DSN is the outbox's Postgres (a dead letter whose row is still there
+	// is made again from the row); Decoder maps its tables, and Sink routes
+	// and encodes the records as the relay does. PasswordSource supplies
+	// the password of every connection to DSN (nil: the DSN's).
+	DSN            string
+	PasswordSource replication.PasswordSource
+	Decoder        decoder.Config
+	Sink           sink.Config
+	// KafkaTimeout bounds waiting for Kafka at start and for the group
+	// coordinator; it must be positive.
+	KafkaTimeout time.Duration
+	Logger       *slog.Logger // nil: slog.Default()
+
+	// Reasons are walrelay.dlq.reason values (sink.DeadLetterReason).
 	Reasons []string
 	// Topics are the topics the events were meant for (walrelay.dlq.topic).
 	Topics []string
@@ -118,21 +133,21 @@ const maxLeft = 500
 // acknowledged. Records are produced at least once (also in exactly-once
 // mode): a redrive that is interrupted or fails commits nothing, and the
 // next one sends again what it sent; consumers deduplicate on id.
-func Redrive(ctx context.Context, opts relay.Options, ro RedriveOptions) (RedriveResult, error) {
+func Redrive(ctx context.Context, opts RedriveOptions) (RedriveResult, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if ro.Group == "" {
-		ro.Group = DefaultRedriveGroup
+	if opts.Group == "" {
+		opts.Group = DefaultRedriveGroup
 	}
-	res := RedriveResult{Topic: opts.Sink.DeadLetterTopic(), Group: ro.Group}
-	if err := opts.Validate(); err != nil {
-		return res, err
+	res := RedriveResult{Topic: opts.Sink.DeadLetterTopic(), Group: opts.Group}
+	if opts.KafkaTimeout <= 0 {
+		return res, &OptionError{Option: "KafkaTimeout", Err: errors.New("must be positive")}
 	}
-	opts.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
+	opts.Decoder.HeartbeatPrefix = decoder.DefaultHeartbeatPrefix
 	dec, err := decoder.New(opts.Decoder)
 	if err != nil {
-		return res, &relay.OptionError{Option: "Decoder", Err: err}
+		return res, &OptionError{Option: "Decoder", Err: err}
 	}
 	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
 	if err != nil {
@@ -145,19 +160,18 @@ func Redrive(ctx context.Context, opts relay.Options, ro RedriveOptions) (Redriv
 	if err != nil {
 		return res, err
 	}
-	cl, err := newReadbackClient(snk)
+	cl, err := snk.NewReadbackClient()
 	if err != nil {
 		return res, err
 	}
 	defer cl.Close()
-	r := &redriver{opts: opts, ro: ro, res: &res, snk: snk, dec: dec, cl: cl, adm: kadm.NewClient(cl), tables: map[string]*outboxTable{}}
+	r := &redriver{opts: opts, res: &res, snk: snk, dec: dec, cl: cl, adm: kadm.NewClient(cl), tables: map[string]*outboxTable{}}
 	defer r.close()
 	return res, r.run(ctx)
 }
 
 type redriver struct {
-	opts   relay.Options
-	ro     RedriveOptions
+	opts   RedriveOptions
 	res    *RedriveResult
 	snk    *sink.Sink
 	dec    *decoder.Decoder
@@ -220,7 +234,7 @@ func (r *redriver) run(ctx context.Context) error {
 	var committed kadm.OffsetResponses
 	err = r.coordinated(ctx, func() error {
 		var err error
-		committed, err = r.adm.FetchOffsetsForTopics(ctx, r.ro.Group, topic)
+		committed, err = r.adm.FetchOffsetsForTopics(ctx, r.opts.Group, topic)
 		if err == nil {
 			err = committed.Error()
 		}
@@ -230,10 +244,10 @@ func (r *redriver) run(ctx context.Context) error {
 		committed, err = nil, nil // the first redrive
 	}
 	if err != nil {
-		return fmt.Errorf("kafka: read the committed offsets of group %s: %w", r.ro.Group, err)
+		return fmt.Errorf("kafka: read the committed offsets of group %s: %w", r.opts.Group, err)
 	}
 	before := map[int32]partProgress{}
-	ranges := map[string]map[int32]offsetRange{topic: {}}
+	ranges := map[string]map[int32]sink.OffsetRange{topic: {}}
 	ends.Each(func(o kadm.ListedOffset) {
 		s, _ := starts.Lookup(topic, o.Partition)
 		p := partProgress{committed: s.Offset}
@@ -242,16 +256,16 @@ func (r *redriver) run(ctx context.Context) error {
 			p.committed = max(p.committed, s.Offset)
 		}
 		before[o.Partition] = p
-		ranges[topic][o.Partition] = offsetRange{from: p.committed, to: o.Offset}
+		ranges[topic][o.Partition] = sink.OffsetRange{From: p.committed, To: o.Offset}
 	})
 	// Pass one: which records this run leaves behind; a partition is read
 	// only as far as the group can remember them.
 	left := map[int32][]int64{}
-	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
+	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
 		p := before[rec.Partition]
 		switch {
-		case st == stateAborted || p.done(rec.Offset):
-		case st == stateOpen || !r.selected(rec):
+		case st == sink.RecordAborted || p.done(rec.Offset):
+		case st == sink.RecordOpen || !r.selected(rec):
 			left[rec.Partition] = append(left[rec.Partition], rec.Offset)
 		}
 		return nil
@@ -263,7 +277,7 @@ func (r *redriver) run(ctx context.Context) error {
 		slices.Sort(offs)
 		if len(offs) > maxLeft {
 			rg := ranges[topic][part]
-			rg.to = offs[maxLeft]
+			rg.To = offs[maxLeft]
 			ranges[topic][part] = rg
 			offs = offs[:maxLeft]
 			left[part] = offs
@@ -272,7 +286,7 @@ func (r *redriver) run(ctx context.Context) error {
 	}
 	for part, rg := range ranges[topic] {
 		e, _ := ends.Lookup(topic, part)
-		r.res.Deferred += e.Offset - rg.to
+		r.res.Deferred += e.Offset - rg.To
 	}
 	if r.res.Deferred > 0 {
 		r.opts.Logger.Warn("dlq redrive: more records are left behind than the group can remember; the rest waits for the next redrive",
@@ -283,8 +297,8 @@ func (r *redriver) run(ctx context.Context) error {
 	var sendErr error // the first record Kafka did not take
 	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProduce()
-	err = readRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st recordState) error {
-		if st != stateCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
+	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
+		if st != sink.RecordCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -295,10 +309,10 @@ func (r *redriver) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if r.ro.OnRecord != nil {
-			r.ro.OnRecord(item)
+		if r.opts.OnRecord != nil {
+			r.opts.OnRecord(item)
 		}
-		if r.ro.DryRun || item.Outcome == RedriveFiltered {
+		if r.opts.DryRun || item.Outcome == RedriveFiltered {
 			if item.Outcome == RedriveFiltered {
 				r.res.Filtered++
 			}
@@ -327,7 +341,7 @@ func (r *redriver) run(ctx context.Context) error {
 		return nil
 	})
 	ferr := r.snk.Flush(context.WithoutCancel(ctx))
-	if r.ro.DryRun {
+	if r.opts.DryRun {
 		return err
 	}
 	if err == nil && ferr != nil {
@@ -348,14 +362,14 @@ func (r *redriver) run(ctx context.Context) error {
 
 // commit records the partitions' progress: every offset of their ranges is
 // done but those in left.
-func (r *redriver) commit(ctx context.Context, ranges map[int32]offsetRange, left map[int32][]int64) error {
+func (r *redriver) commit(ctx context.Context, ranges map[int32]sink.OffsetRange, left map[int32][]int64) error {
 	offs := kadm.Offsets{}
 	for part, rg := range ranges {
 		l := left[part]
 		slices.Sort(l)
-		p := partProgress{committed: rg.to, end: rg.to}
+		p := partProgress{committed: rg.To, end: rg.To}
 		if len(l) > 0 {
-			p = partProgress{committed: l[0], end: rg.to, left: l}
+			p = partProgress{committed: l[0], end: rg.To, left: l}
 		}
 		offs.Add(kadm.Offset{Topic: r.res.Topic, Partition: part, At: p.committed, LeaderEpoch: -1, Metadata: p.String()})
 	}
@@ -364,14 +378,14 @@ func (r *redriver) commit(ctx context.Context, ranges map[int32]offsetRange, lef
 
 func (r *redriver) commitOffsets(ctx context.Context, offs kadm.Offsets) error {
 	err := r.coordinated(ctx, func() error {
-		resp, err := r.adm.CommitOffsets(ctx, r.ro.Group, offs)
+		resp, err := r.adm.CommitOffsets(ctx, r.opts.Group, offs)
 		if err == nil {
 			err = resp.Error()
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("kafka: commit the redrive's progress to group %s: %w", r.ro.Group, err)
+		return fmt.Errorf("kafka: commit the redrive's progress to group %s: %w", r.opts.Group, err)
 	}
 	return nil
 }
@@ -388,7 +402,7 @@ func (r *redriver) coordinated(ctx context.Context, request func() error) error 
 		if err == nil || !kerr.IsRetriable(err) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
-		r.opts.Logger.Debug("dlq redrive: the group coordinator is not available yet; trying again", "group", r.ro.Group, "error", err.Error())
+		r.opts.Logger.Debug("dlq redrive: the group coordinator is not available yet; trying again", "group", r.opts.Group, "error", err.Error())
 		if err := retry.Sleep(ctx, wait); err != nil {
 			return err
 		}
@@ -398,16 +412,16 @@ func (r *redriver) coordinated(ctx context.Context, request func() error) error 
 
 // selected reports whether rec matches the selection.
 func (r *redriver) selected(rec *kgo.Record) bool {
-	if len(r.ro.Reasons) > 0 && !slices.Contains(r.ro.Reasons, recordHeader(rec, sink.HeaderDLQReason)) {
+	if len(r.opts.Reasons) > 0 && !slices.Contains(r.opts.Reasons, recordHeader(rec, sink.HeaderDLQReason)) {
 		return false
 	}
-	if len(r.ro.Topics) > 0 && !slices.Contains(r.ro.Topics, recordHeader(rec, sink.HeaderDLQTopic)) {
+	if len(r.opts.Topics) > 0 && !slices.Contains(r.opts.Topics, recordHeader(rec, sink.HeaderDLQTopic)) {
 		return false
 	}
-	if !r.ro.Since.IsZero() && rec.Timestamp.Before(r.ro.Since) {
+	if !r.opts.Since.IsZero() && rec.Timestamp.Before(r.opts.Since) {
 		return false
 	}
-	return r.ro.Until.IsZero() || rec.Timestamp.Before(r.ro.Until)
+	return r.opts.Until.IsZero() || rec.Timestamp.Before(r.opts.Until)
 }
 
 // redrive makes rec's record for its topic, or, when it still fails, for
@@ -430,12 +444,12 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome = RedriveFiltered
 			return item, sink.Record{}, nil
 		}
-		if r.ro.DryRun {
+		if r.opts.DryRun {
 			item.Target, _ = r.snk.Topic(ev)
 			item.Outcome = RedriveWouldSend
 			return item, sink.Record{}, nil
 		}
-		p, err := prepareEvent(ctx, r.snk, ev, relay.OnPoisonDLQ, r.opts.Logger)
+		p, err := prepareEvent(ctx, r.snk, ev, false, r.opts.Logger)
 		if err != nil {
 			return item, sink.Record{}, err
 		}
@@ -451,7 +465,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 		return item, sink.Record{}, err
 	}
 	cause := storedCause(rec, item.Reason, t)
-	if r.ro.DryRun {
+	if r.opts.DryRun {
 		item.Outcome, item.Target = RedriveWouldSend, item.Intended
 		if cause != nil {
 			item.Outcome, item.Target, item.Cause = RedriveDeadLettered, r.res.Topic, cause
@@ -468,7 +482,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome, item.Target = RedriveSent, out.Topic()
 			return item, out, nil
 		}
-		if _, ok := relay.RefusalReason(err); !ok {
+		if _, ok := sink.RefusalReason(err); !ok {
 			return item, sink.Record{}, err
 		}
 		cause = err
@@ -517,7 +531,7 @@ func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error)
 			continue
 		}
 		if r.conn == nil {
-			conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay dlq redrive", r.opts.Replication.PasswordSource)
+			conn, err := connectPlain(ctx, r.opts.DSN, "walrelay dlq redrive", r.opts.PasswordSource)
 			if err != nil {
 				return nil, err
 			}
@@ -547,7 +561,7 @@ func storedCause(rec *kgo.Record, reason string, t *outboxTable) error {
 	switch {
 	case recordHeader(rec, sink.HeaderDLQPayloadOmitted) != "":
 		return errors.New("the dead-letter record lacks the payload (too large) and the row is no longer in the outbox table")
-	case !relay.IsRefusal(reason) || reason == string(relay.ReasonUnsupportedValue):
+	case !sink.IsRefusal(reason) || reason == string(sink.ReasonUnsupportedValue):
 		return fmt.Errorf("the event's values were the problem (%s) and the row is no longer in the outbox table to be fixed", reason)
 	}
 	return t.storedLacks()

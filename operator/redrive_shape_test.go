@@ -78,11 +78,11 @@ func TestRedriveStoredShape(t *testing.T) {
 			f.PG.Exec("DELETE FROM "+f.table+" WHERE id = $1", gone)
 
 			var listed []RedriveItem
-			dry, err := Redrive(ctx, f.opts, RedriveOptions{DryRun: true, OnRecord: func(it RedriveItem) { listed = append(listed, it) }})
+			dry, err := redrive(ctx, f.opts, RedriveOptions{DryRun: true, OnRecord: func(it RedriveItem) { listed = append(listed, it) }})
 			if err != nil || dry.Selected != 1 || len(listed) != 1 {
 				t.Fatalf("dry run %+v (%v), listed %d: want the dead letter selected", dry, err, len(listed))
 			}
-			res, err := Redrive(ctx, f.opts, RedriveOptions{})
+			res, err := redrive(ctx, f.opts, RedriveOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -20,10 +19,10 @@ func TestStoredCause(t *testing.T) {
 		rec    *kgo.Record
 		send   bool
 	}{
-		{string(relay.ReasonTopicRefused), &kgo.Record{}, true},
-		{string(relay.ReasonTopicRefused), omitted, false},
-		{string(relay.ReasonUnsupportedValue), &kgo.Record{}, false},
-		{string(relay.ReasonNullAggregateID), &kgo.Record{}, false},
+		{string(sink.ReasonTopicRefused), &kgo.Record{}, true},
+		{string(sink.ReasonTopicRefused), omitted, false},
+		{string(sink.ReasonUnsupportedValue), &kgo.Record{}, false},
+		{string(sink.ReasonNullAggregateID), &kgo.Record{}, false},
 	} {
 		err := storedCause(tc.rec, tc.reason, nil)
 		if (err == nil) != tc.send {

@@ -73,7 +73,7 @@ func TestRedrive(t *testing.T) {
 
 	// A dry run lists, sends and commits nothing.
 	var listed []RedriveItem
-	dry, err := Redrive(ctx, f.opts, RedriveOptions{DryRun: true, OnRecord: func(it RedriveItem) { listed = append(listed, it) }})
+	dry, err := redrive(ctx, f.opts, RedriveOptions{DryRun: true, OnRecord: func(it RedriveItem) { listed = append(listed, it) }})
 	if err != nil || dry.Selected != 5 || dry.Sent != 0 || len(listed) != 5 {
 		t.Fatalf("dry run %+v (%v), listed %d: want 5 selected, nothing sent", dry, err, len(listed))
 	}
@@ -84,7 +84,7 @@ func TestRedrive(t *testing.T) {
 	}
 
 	// Only topic_refused first: the empty keys are left for later.
-	res, err := Redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(relay.ReasonTopicRefused)}})
+	res, err := redrive(ctx, f.opts, RedriveOptions{Reasons: []string{string(sink.ReasonTopicRefused)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestRedrive(t *testing.T) {
 	}
 
 	// The rest: the fixed row goes out, the gone one is dead-lettered again.
-	res, err = Redrive(ctx, f.opts, RedriveOptions{})
+	res, err = redrive(ctx, f.opts, RedriveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +126,13 @@ func TestRedrive(t *testing.T) {
 		t.Fatal("no record dead-lettered again")
 	}
 	if relaytest.HeaderValue(again, sink.HeaderID) != emptyGone[0] || relaytest.HeaderValue(again, sink.HeaderDLQAttempts) != "1" ||
-		relaytest.HeaderValue(again, sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
+		relaytest.HeaderValue(again, sink.HeaderDLQReason) != string(sink.ReasonEmptyAggregateID) {
 		t.Errorf("dead-lettered again: %s attempts %q reason %q", relaytest.HeaderValue(again, sink.HeaderID), relaytest.HeaderValue(again, sink.HeaderDLQAttempts),
 			relaytest.HeaderValue(again, sink.HeaderDLQReason))
 	}
 
 	// Nothing is sent twice; the one still failing is tried once more.
-	res, err = Redrive(ctx, f.opts, RedriveOptions{})
+	res, err = redrive(ctx, f.opts, RedriveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,14 +222,14 @@ func TestRedriveWaitsForTheGroupCoordinator(t *testing.T) {
 			return nil, nil, false
 		})
 	}
-	res, err := Redrive(context.Background(), f.opts, RedriveOptions{})
+	res, err := redrive(context.Background(), f.opts, RedriveOptions{})
 	if err != nil || res.Sent != 1 {
 		t.Fatalf("redrive while the coordinator is not available: %+v, %v; want it to wait and send the dead letter", res, err)
 	}
 	if unavailable < 4 {
 		t.Fatalf("the coordinator answered 'not available' %d times, want 4: the test did not exercise the wait", unavailable)
 	}
-	if res, err := Redrive(context.Background(), f.opts, RedriveOptions{}); err != nil || res.Sent != 0 {
+	if res, err := redrive(context.Background(), f.opts, RedriveOptions{}); err != nil || res.Sent != 0 {
 		t.Fatalf("second redrive: %+v, %v; want nothing sent (the progress was committed)", res, err)
 	}
 }

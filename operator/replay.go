@@ -17,7 +17,6 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
@@ -33,6 +32,16 @@ import (
 // DefaultReplayTimeColumn is the column replays select and order rows by.
 const DefaultReplayTimeColumn = "created_at"
 
+// ExactlyOnce is how a replay produces in exactly-once mode: in Kafka
+// transactions of TransactionalID + ".replay" (a running relay is never
+// fenced; two replays at once fence each other), each committed once
+// CommitInterval passed or MaxRecords were sent.
+type ExactlyOnce struct {
+	TransactionalID string
+	CommitInterval  time.Duration
+	MaxRecords      int
+}
+
 // ReplaySelection chooses the rows a replay re-publishes: those matching
 // every criterion given (an empty list or a zero time matches all).
 type ReplaySelection struct {
@@ -44,8 +53,31 @@ type ReplaySelection struct {
 }
 
 // ReplayOptions are the settings of one replay; zero values take the
-// documented defaults.
+// documented defaults. The first ones are walrelay run's: give a replay the
+// relay's, so that its records are the ones the relay made.
 type ReplayOptions struct {
+	// DSN is the outbox's Postgres; Decoder maps its tables, and Sink
+	// routes and encodes their records as the relay does. PasswordSource
+	// supplies the password of every connection to DSN (nil: the DSN's).
+	DSN            string
+	PasswordSource replication.PasswordSource
+	Decoder        decoder.Config
+	Sink           sink.Config
+	// ExactlyOnce, when set, produces in Kafka transactions (for
+	// read_committed consumers), of a transactional id of the replay's own.
+	ExactlyOnce *ExactlyOnce
+	// MaxInFlight caps the rows awaiting Kafka's acknowledgement (at least
+	// 2).
+	MaxInFlight int
+	// StopOnPoison stops the replay with a *sink.PoisonError at a row Kafka
+	// can never accept, instead of sending it to the dead-letter topic.
+	StopOnPoison bool
+	// ShutdownTimeout bounds the wait for what was sent once ctx ends;
+	// KafkaTimeout bounds waiting for Kafka at start and at transaction
+	// ends. Both must be positive.
+	ShutdownTimeout, KafkaTimeout time.Duration
+	Logger                        *slog.Logger // nil: slog.Default()
+
 	Selection ReplaySelection
 	// TimeColumn is each table's column that Since and Until select on and
 	// that orders the rows (DefaultReplayTimeColumn).
@@ -159,11 +191,11 @@ var replaySinkHook func(cfg sink.Config, opts ...sink.Option) (replayProducer, e
 // for what it sent, and returns a result with ResumeToken and a nil error.
 // On a failure it returns the error and, when rows were acknowledged, a
 // ResumeToken too. Nothing to send at all is a *NothingToReplayError.
-func Replay(ctx context.Context, opts relay.Options, ro ReplayOptions) (ReplayResult, error) {
+func Replay(ctx context.Context, opts ReplayOptions) (ReplayResult, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	r, err := newReplayer(opts, ro)
+	r, err := newReplayer(opts)
 	if err != nil {
 		return ReplayResult{}, err
 	}
@@ -171,19 +203,18 @@ func Replay(ctx context.Context, opts relay.Options, ro ReplayOptions) (ReplayRe
 }
 
 type replayer struct {
-	opts relay.Options
-	ro   ReplayOptions
-	log  *slog.Logger
-	tok  replayToken
-	sel  ReplaySelection
-	res  ReplayResult
+	ro  ReplayOptions
+	log *slog.Logger
+	tok replayToken
+	sel ReplaySelection
+	res ReplayResult
 
 	total, sent, acked, deadLettered, filtered atomic.Int64
 	cur                                        atomic.Pointer[cursorAt]
 	started                                    time.Time
 }
 
-func newReplayer(opts relay.Options, ro ReplayOptions) (*replayer, error) {
+func newReplayer(ro ReplayOptions) (*replayer, error) {
 	if ro.TimeColumn == "" {
 		ro.TimeColumn = DefaultReplayTimeColumn
 	}
@@ -193,30 +224,33 @@ func newReplayer(opts relay.Options, ro ReplayOptions) (*replayer, error) {
 	if ro.ProgressInterval <= 0 {
 		ro.ProgressInterval = time.Second
 	}
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
 	switch {
+	case ro.MaxInFlight < 2:
+		return nil, &OptionError{Option: "MaxInFlight", Err: errors.New("must be at least 2")}
+	case ro.ShutdownTimeout <= 0, ro.KafkaTimeout <= 0:
+		return nil, &OptionError{Option: "ShutdownTimeout, KafkaTimeout", Err: errors.New("must be positive")}
+	case ro.ExactlyOnce != nil && (ro.ExactlyOnce.TransactionalID == "" || ro.ExactlyOnce.CommitInterval <= 0 || ro.ExactlyOnce.MaxRecords <= 0):
+		return nil, &OptionError{Option: "ExactlyOnce", Err: errors.New("needs a transactional id, a positive commit interval and a positive number of records")}
 	case ro.Rate < 0:
-		return nil, &relay.OptionError{Option: "Rate", Err: errors.New("must not be negative")}
+		return nil, &OptionError{Option: "Rate", Err: errors.New("must not be negative")}
 	case !ro.Selection.Since.IsZero() && !ro.Selection.Until.IsZero() && !ro.Selection.Since.Before(ro.Selection.Until):
-		return nil, &relay.OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
+		return nil, &OptionError{Option: "Selection", Err: fmt.Errorf("the time range is empty: since %s is not before until %s",
 			ro.Selection.Since.UTC().Format(time.RFC3339), ro.Selection.Until.UTC().Format(time.RFC3339))}
 	}
 	if err := replication.ValidateIdentifier(ro.TimeColumn); err != nil {
-		return nil, &relay.OptionError{Option: "TimeColumn", Err: err}
+		return nil, &OptionError{Option: "TimeColumn", Err: err}
 	}
-	if len(opts.Decoder.Tables) == 0 {
+	if len(ro.Decoder.Tables) == 0 {
 		return nil, &NothingToReplayError{Reason: fmt.Sprintf("walrelay reads a tableless outbox (logical messages with prefix %q): "+
-			"its events were never rows of a table, so no row can be published again", opts.Decoder.MessagePrefix)}
+			"its events were never rows of a table, so no row can be published again", ro.Decoder.MessagePrefix)}
 	}
-	opts.Decoder.HeartbeatPrefix = relay.HeartbeatPrefix
-	if _, err := decoder.New(opts.Decoder); err != nil {
-		return nil, &relay.OptionError{Option: "Decoder", Err: err}
+	ro.Decoder.HeartbeatPrefix = decoder.DefaultHeartbeatPrefix
+	if _, err := decoder.New(ro.Decoder); err != nil {
+		return nil, &OptionError{Option: "Decoder", Err: err}
 	}
-	r := &replayer{opts: opts, ro: ro, log: opts.Logger, sel: ro.Selection}
-	names := make([]string, len(opts.Decoder.Tables))
-	for i, t := range opts.Decoder.Tables {
+	r := &replayer{ro: ro, log: ro.Logger, sel: ro.Selection}
+	names := make([]string, len(ro.Decoder.Tables))
+	for i, t := range ro.Decoder.Tables {
 		names[i] = t.Schema + "." + t.Name
 	}
 	fp := ro.Selection.fingerprint(names, ro.TimeColumn)
@@ -251,9 +285,9 @@ func newReplayer(opts relay.Options, ro ReplayOptions) (*replayer, error) {
 		r.tok = replayToken{V: replayTokenVersion, ID: id, Sel: fp, Since: tokenTime(r.sel.Since), Until: tokenTime(r.sel.Until)}
 	}
 	r.res = ReplayResult{ID: r.tok.ID, Since: r.sel.Since, Until: r.sel.Until, Resumed: r.tok.Done}
-	if opts.Decoder.MessagePrefix != "" {
+	if ro.Decoder.MessagePrefix != "" {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("events of the tableless outbox (logical messages with prefix %q) were never rows: a replay cannot send them again",
-			opts.Decoder.MessagePrefix))
+			ro.Decoder.MessagePrefix))
 	}
 	return r, nil
 }
@@ -273,7 +307,7 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 }
 
 func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
-	conn, err := connectPlain(ctx, r.opts.Replication.DSN, "walrelay replay", r.opts.Replication.PasswordSource)
+	conn, err := connectPlain(ctx, r.ro.DSN, "walrelay replay", r.ro.PasswordSource)
 	if err != nil {
 		return r.res, err
 	}
@@ -284,7 +318,7 @@ func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
 	}
 	r.res.CommitTimes = commitTS
 	var tables []*outboxTable
-	for i, t := range r.opts.Decoder.Tables {
+	for i, t := range r.ro.Decoder.Tables {
 		if i < r.tok.Table {
 			continue
 		}
@@ -340,7 +374,7 @@ func (r *replayer) topics(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 	if err != nil {
 		return nil, err
 	}
-	snk, err := sink.New(r.opts.Sink, sink.WithLogger(r.log))
+	snk, err := sink.New(r.ro.Sink, sink.WithLogger(r.log))
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +390,7 @@ func (r *replayer) topics(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 		}
 		topic, err := snk.Topic(ev)
 		if err != nil || k[0] == nil || k[1] == nil {
-			topic = r.opts.Sink.DeadLetterTopic()
+			topic = r.ro.Sink.DeadLetterTopic()
 		}
 		out[topic] += n
 	}
@@ -397,7 +431,7 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 		return r.res, err
 	}
 	defer snk.Close()
-	dec, err := decoder.New(r.opts.Decoder)
+	dec, err := decoder.New(r.ro.Decoder)
 	if err != nil {
 		return r.res, err
 	}
@@ -408,9 +442,9 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 	defer fail(nil)
 	win := newRowWindow(r.windowCap())
 	var out sender
-	if x := r.opts.ExactlyOnce; x != nil {
+	if x := r.ro.ExactlyOnce; x != nil {
 		out = &txnSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, maxRecords: x.MaxRecords,
-			interval: x.CommitInterval, timeout: r.opts.KafkaTimeout, onAck: r.onAck}
+			interval: x.CommitInterval, timeout: r.ro.KafkaTimeout, onAck: r.onAck}
 	} else {
 		out = &ackSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, onAck: r.onAck}
 	}
@@ -440,7 +474,7 @@ func (r *replayer) finish(ctx context.Context, out sender, stopped bool) error {
 	fctx := ctx
 	if stopped {
 		var cancel context.CancelFunc
-		fctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.opts.ShutdownTimeout)
+		fctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.ro.ShutdownTimeout)
 		defer cancel()
 	}
 	return out.finish(fctx)
@@ -471,10 +505,10 @@ func (r *replayer) token(t *outboxTable, win *rowWindow) string {
 // windowCap is the rows in flight at most: MaxInFlight, and in
 // exactly-once mode the records waiting for their transaction's commit.
 func (r *replayer) windowCap() int {
-	if x := r.opts.ExactlyOnce; x != nil {
-		return max(r.opts.MaxInFlight, x.MaxRecords+1)
+	if x := r.ro.ExactlyOnce; x != nil {
+		return max(r.ro.MaxInFlight, x.MaxRecords+1)
 	}
-	return r.opts.MaxInFlight
+	return r.ro.MaxInFlight
 }
 
 func (r *replayer) onAck(deadLetter bool) {
@@ -488,26 +522,26 @@ func (r *replayer) onAck(deadLetter bool) {
 // with an id of its own, initialised (which fences an earlier replay).
 func (r *replayer) newSink(ctx context.Context) (replayProducer, error) {
 	opts := []sink.Option{sink.WithLogger(r.log)}
-	if x := r.opts.ExactlyOnce; x != nil {
+	if x := r.ro.ExactlyOnce; x != nil {
 		opts = append(opts, sink.WithTransactionalID(x.TransactionalID+".replay"))
 	}
 	var snk replayProducer
 	var err error
 	if replaySinkHook != nil {
-		snk, err = replaySinkHook(r.opts.Sink, opts...)
+		snk, err = replaySinkHook(r.ro.Sink, opts...)
 	} else {
-		snk, err = sink.New(r.opts.Sink, opts...)
+		snk, err = sink.New(r.ro.Sink, opts...)
 	}
 	if err != nil {
 		return nil, err
 	}
-	kctx, cancel := context.WithTimeout(ctx, r.opts.KafkaTimeout)
+	kctx, cancel := context.WithTimeout(ctx, r.ro.KafkaTimeout)
 	defer cancel()
 	if err := snk.Ping(kctx); err != nil {
 		snk.Close()
 		return nil, err
 	}
-	if r.opts.ExactlyOnce != nil {
+	if r.ro.ExactlyOnce != nil {
 		if err := snk.InitProducer(kctx); err != nil {
 			snk.Close()
 			return nil, err
@@ -579,7 +613,7 @@ func (r *replayer) row(ctx context.Context, t *outboxTable, vals [][]byte, dec *
 		return false, nil
 	}
 	ev := &o.Event
-	p, err := prepareEvent(ctx, snk, ev, r.opts.OnPoison, r.log)
+	p, err := prepareEvent(ctx, snk, ev, r.ro.StopOnPoison, r.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return true, nil
@@ -653,7 +687,7 @@ func (r *replayer) progress() ReplayProgress {
 func connectPlain(ctx context.Context, dsn, app string, src replication.PasswordSource) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &relay.OptionError{Option: "Replication.DSN", Err: err}
+		return nil, &OptionError{Option: "DSN", Err: err}
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = app

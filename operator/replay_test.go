@@ -179,7 +179,7 @@ func TestReplaySameRecords(t *testing.T) {
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 8)
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
 
-	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since, Until: until}, ID: "r1"})
+	res, err := replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since, Until: until}, ID: "r1"})
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
@@ -214,8 +214,8 @@ func TestReplaySameRecords(t *testing.T) {
 	}
 	dlq := relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), sink.DefaultDLQTopic, 2)
 	dorig, dre := split(dlq)
-	if len(dre) != 1 || relaytest.HeaderValue(dre[0], sink.HeaderDLQReason) != string(relay.ReasonEmptyAggregateID) {
-		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), relay.ReasonEmptyAggregateID)
+	if len(dre) != 1 || relaytest.HeaderValue(dre[0], sink.HeaderDLQReason) != string(sink.ReasonEmptyAggregateID) {
+		t.Fatalf("dead-letter topic: %d replayed records, want 1 with reason %s", len(dre), sink.ReasonEmptyAggregateID)
 	}
 	sameRecord(t, dre[0], dorig[dl[0]], "r1", res.CommitTimes, createdAt)
 }
@@ -239,7 +239,7 @@ func TestReplayResume(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var progressToken string
-	first, err := Replay(ctx, f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 200, ProgressInterval: 20 * time.Millisecond,
+	first, err := replay(ctx, f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 200, ProgressInterval: 20 * time.Millisecond,
 		Progress: func(p ReplayProgress) {
 			progressToken = p.ResumeToken
 			if p.Acked >= 25 {
@@ -255,7 +255,7 @@ func TestReplayResume(t *testing.T) {
 	if tok, err := parseReplayToken(progressToken); err != nil || tok.ID != first.ID || tok.From == "" {
 		t.Fatalf("the progress reports' resume token %q: %+v, %v", progressToken, tok, err)
 	}
-	second, err := Replay(context.Background(), f.opts, ReplayOptions{Resume: first.ResumeToken})
+	second, err := replay(context.Background(), f.opts, ReplayOptions{Resume: first.ResumeToken})
 	if err != nil {
 		t.Fatalf("resumed replay: %v", err)
 	}
@@ -285,7 +285,7 @@ func TestReplayResume(t *testing.T) {
 	}
 	t.Logf("first run %d rows, resumed run %d, %d sent twice", first.Acked, second.Acked, dup)
 
-	if _, err := Replay(context.Background(), f.opts, ReplayOptions{Resume: first.ResumeToken,
+	if _, err := replay(context.Background(), f.opts, ReplayOptions{Resume: first.ResumeToken,
 		Selection: ReplaySelection{AggregateIDs: []string{"a-1"}}}); !errors.Is(err, ErrBadResumeToken) {
 		t.Errorf("resume with another selection: %v, want ErrBadResumeToken", err)
 	}
@@ -303,7 +303,7 @@ func TestReplayExactlyOnce(t *testing.T) {
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(ids))
 	opts := f.opts
 	opts.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: "walrelay-" + f.Name, CheckpointTopic: "cp", CommitInterval: time.Second, MaxRecords: 4}
-	res, err := Replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
+	res, err := replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
 	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
@@ -340,14 +340,14 @@ func TestReplayNothing(t *testing.T) {
 
 	tableless := f.opts
 	tableless.Decoder = decoder.Config{MessagePrefix: "walrelay.outbox"}
-	_, err := Replay(ctx, tableless, ReplayOptions{})
+	_, err := replay(ctx, tableless, ReplayOptions{})
 	var nr *NothingToReplayError
 	if !errors.As(err, &nr) || !strings.Contains(err.Error(), "tableless") {
 		t.Errorf("tableless outbox: %v, want a NothingToReplayError naming it", err)
 	}
 
 	f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`})
-	_, err = Replay(ctx, f.opts, ReplayOptions{Selection: ReplaySelection{AggregateIDs: []string{"nobody"}}})
+	_, err = replay(ctx, f.opts, ReplayOptions{Selection: ReplaySelection{AggregateIDs: []string{"nobody"}}})
 	if !errors.As(err, &nr) || !strings.Contains(err.Error(), "no row of public.replay_nothing_outbox matches") {
 		t.Errorf("no row matches: %v", err)
 	}
@@ -375,7 +375,7 @@ func TestReplayNothing(t *testing.T) {
 		_ = f.PG.Conn.QueryRow(ctx, "SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables WHERE relid = to_regclass($1)", f.table).Scan(&ins, &del)
 		return ins > 0 && del >= ins
 	})
-	_, err = Replay(ctx, f.opts, ReplayOptions{})
+	_, err = replay(ctx, f.opts, ReplayOptions{})
 	if !errors.As(err, &nr) || !strings.Contains(err.Error(), "deletes the rows it writes") {
 		t.Errorf("rows deleted as written: %v", err)
 	}
@@ -391,7 +391,7 @@ func TestReplayDryRun(t *testing.T) {
 	f.PG.Exec("INSERT INTO " + f.table + " (aggregate_type, aggregate_id, event_type, payload) VALUES ('inv@lid', 'c', 'e', '{}')")
 	opts := f.opts
 	opts.Sink.Topic = "dry.{aggregate_type}"
-	res, err := Replay(context.Background(), opts, ReplayOptions{DryRun: true, Selection: ReplaySelection{Since: since}})
+	res, err := replay(context.Background(), opts, ReplayOptions{DryRun: true, Selection: ReplaySelection{Since: since}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestReplayRate(t *testing.T) {
 		f.txn(t, [4]string{fmt.Sprint(i), "e", `'{}'`, `'{}'`})
 	}
 	start := time.Now()
-	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 100})
+	res, err := replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 100})
 	if err != nil || res.Acked != 30 {
 		t.Fatalf("replay %+v, %v", res, err)
 	}
@@ -451,7 +451,7 @@ func TestReplayPartitioned(t *testing.T) {
 		t.Fatalf("rows in %d partitions, want 2", n)
 	}
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(in))
-	res, err := Replay(context.Background(), f.opts, ReplayOptions{ID: "rp"})
+	res, err := replay(context.Background(), f.opts, ReplayOptions{ID: "rp"})
 	if err != nil || !res.Complete || res.Acked != int64(len(in)) {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
@@ -474,7 +474,7 @@ func TestReplayFiltered(t *testing.T) {
 	since := f.now(t)
 	ids := f.txn(t, [4]string{"a", "created", `'{}'`, `'{}'`}, [4]string{"a", "internal.audit", `'{}'`, `'{}'`}, [4]string{"a", "updated", `'{}'`, `'{}'`})
 	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), 2)
-	res, err := Replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
+	res, err := replay(context.Background(), f.opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
 	if err != nil || !res.Complete || res.Acked != 2 || res.Filtered != 1 {
 		t.Fatalf("replay %+v, %v: want 2 rows sent and 1 filtered", res, err)
 	}

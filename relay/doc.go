@@ -9,10 +9,15 @@
 // (cmd/walrelay/internal/config) maps the settings to Options.
 //
 // The operator's tools (replay, recovery, redrive, prune, cutover) are the
-// sibling package operator.
+// sibling package operator; relay never imports it.
 //
-// Options, Run, the exported errors and DeadLetterReason are the embedding
-// API; the rest is internal.
+// Entry points: relay.go (Run) and options.go (Options, ExactlyOnce,
+// OutboxSpanOptions, OptionError); the errors Run stops with are in eos.go
+// (FencedError) and slotlost.go (SlotLostError), besides the sink's
+// PoisonError (the dead-letter reasons are the sink's too, sink/reason.go,
+// shared with the operator's replays and redrives). Options, Run, those
+// errors, ParseTracingEnv and BuildVersion are the embedding API; the rest
+// is internal.
 //
 // Invariants kept here:
 //   - an event is added to the checkpoint before it is handed to Kafka, and

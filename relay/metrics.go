@@ -145,8 +145,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	for _, r := range ignoredReasons {
 		m.ignored.WithLabelValues(r)
 	}
-	for _, r := range deadLetterReasons {
-		m.deadLetters.WithLabelValues(string(r.reason))
+	for _, r := range sink.DeadLetterReasons() {
+		m.deadLetters.WithLabelValues(string(r))
 	}
 	for _, c := range reconnectCauses {
 		m.reconnects.WithLabelValues(c)

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/walrelay/walrelay/replication"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // gather returns "name{k=v,...}" -> value for every gauge and counter of reg.
@@ -55,8 +56,8 @@ func TestLabelledSeriesExistFromStart(t *testing.T) {
 	newMetrics(reg, "s1")
 	got := gather(t, reg)
 	var want []string
-	for _, r := range deadLetterReasons {
-		want = append(want, "walrelay_dead_letters_total{reason="+string(r.reason)+"}")
+	for _, r := range sink.DeadLetterReasons() {
+		want = append(want, "walrelay_dead_letters_total{reason="+string(r)+"}")
 	}
 	for _, r := range ignoredReasons {
 		want = append(want, "walrelay_changes_ignored_total{reason="+r+"}")

@@ -21,7 +21,7 @@ const HeartbeatPrefix = "walrelay.heartbeat"
 // accept.
 const (
 	OnPoisonDLQ  = "dlq"  // produce it to the dead-letter topic with the reason
-	OnPoisonStop = "stop" // stop with a *PoisonError; the slot stays before it
+	OnPoisonStop = "stop" // stop with a *sink.PoisonError; the slot stays before it
 )
 
 // Options is everything Run needs. The command's configuration maps its

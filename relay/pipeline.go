@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
@@ -31,22 +29,6 @@ type batchSource interface {
 	Batches() <-chan *replication.Batch
 	Release(*replication.Batch)
 }
-
-// PoisonError is an event whose values cannot become a valid record.
-type PoisonError struct {
-	EventID string
-	Table   string
-	LSN     pglogrepl.LSN
-	Reason  string
-	Err     error
-}
-
-func (e *PoisonError) Error() string {
-	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced (%s): %v; the slot stays before it (set the poison policy to dlq to dead-letter such events)",
-		e.EventID, e.Table, e.LSN, e.Reason, e.Err)
-}
-
-func (e *PoisonError) Unwrap() error { return e.Err }
 
 // pipeline decodes stream messages, tracks them in the checkpoint and hands
 // events to Kafka through its delivery mode. One goroutine runs it; produce
@@ -232,7 +214,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
 		ack.Done()
 	}
-	if reason, cause := PoisonOf(ev); cause != nil {
+	if reason, cause := sink.PoisonOf(ev); cause != nil {
 		intended, _ := p.d.Topic(ev) // best effort: for the dead-letter header
 		return p.deadLetter(ctx, ev, intended, reason, cause, done)
 	}
@@ -254,7 +236,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	}
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
-		if reason, ok := RefusalReason(err); ok {
+		if reason, ok := sink.RefusalReason(err); ok {
 			return p.deadLetter(ctx, ev, pe.Topic, reason, err, done)
 		}
 	}
@@ -286,10 +268,10 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 // deadLetter sends ev to the dead-letter topic, or stops with a
 // *PoisonError under --on-poison=stop. Either way the event is accounted for:
 // never skipped.
-func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended string, reason DeadLetterReason, cause error, done func(error)) error {
+func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended string, reason sink.DeadLetterReason, cause error, done func(error)) error {
 	if p.onPoison == OnPoisonStop {
 		p.m.produceFailures.Inc()
-		return &PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
+		return &sink.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 	}
 	rec, err := p.d.PrepareDeadLetter(ctx, ev, intended, string(reason), cause)
 	for attempt := 1; err != nil && sink.IsRetryable(err); attempt++ {
@@ -310,15 +292,4 @@ func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended s
 		"reason", reason, "error", cause.Error())
 	p.d.Send(p.produceCtx, rec, done)
 	return nil
-}
-
-// PoisonOf says why ev's values cannot become a valid record, if they cannot.
-func PoisonOf(ev *decoder.Event) (DeadLetterReason, error) {
-	if ev.Poison != nil {
-		return poisonReason(ev.Poison), ev.Poison
-	}
-	if len(ev.AggregateID) == 0 {
-		return ReasonEmptyAggregateID, errors.New("aggregate id is empty: records of one aggregate need a key to keep their order")
-	}
-	return "", nil
 }

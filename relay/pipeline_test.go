@@ -271,7 +271,7 @@ func TestPipelineFiltered(t *testing.T) {
 // TestPipelineDeadLetters: an event whose values cannot become a record, or
 // that Kafka refuses for good, is dead-lettered with its reason (and counts
 // for the watermark like any record), or stops the pipeline with a
-// *PoisonError under --on-poison=stop, leaving the watermark before it.
+// *sink.PoisonError under --on-poison=stop, leaving the watermark before it.
 func TestPipelineDeadLetters(t *testing.T) {
 	tooLarge := func(ev *decoder.Event) error {
 		if string(ev.AggregateID) == "huge" {
@@ -300,9 +300,9 @@ func TestPipelineDeadLetters(t *testing.T) {
 			second, _ := r.txn(tc.aggID)
 			if tc.reason == "" {
 				err := r.result()
-				var pe *PoisonError
+				var pe *sink.PoisonError
 				if !errors.As(err, &pe) || pe.Reason == "" {
-					t.Fatalf("pipeline returned %v; want a *PoisonError", err)
+					t.Fatalf("pipeline returned %v; want a *sink.PoisonError", err)
 				}
 				if w := r.tr.Watermark(); w != first {
 					t.Fatalf("watermark %s passed the poison event's transaction (want %s)", w, first)

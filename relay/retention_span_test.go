@@ -10,6 +10,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/testwait"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/test/relaytest"
 )
 
@@ -19,13 +20,13 @@ func TestOutboxSpan(t *testing.T) {
 	dsn, pg := relaytest.Database(t)
 	relaytest.CreateOutbox(t, dsn, "public.span_outbox")
 	ctx := context.Background()
-	sp, err := ReadOutboxSpan(ctx, pg.Conn.PgConn(), "public", "span_outbox", "created_at")
+	sp, err := replication.ReadOutboxSpan(ctx, pg.Conn.PgConn(), "public", "span_outbox", "created_at")
 	if err != nil || !sp.Empty {
 		t.Fatalf("empty table: %+v, %v", sp, err)
 	}
 	pg.Exec("INSERT INTO public.span_outbox (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES ('o', 'a', 'e', '{}', '2026-01-02 03:04:05.123456+00'), ('o', 'a', 'e', '{}', now())")
 	pg.Exec("ANALYZE public.span_outbox")
-	if sp, err = ReadOutboxSpan(ctx, pg.Conn.PgConn(), "public", "span_outbox", "created_at"); err != nil {
+	if sp, err = replication.ReadOutboxSpan(ctx, pg.Conn.PgConn(), "public", "span_outbox", "created_at"); err != nil {
 		t.Fatal(err)
 	}
 	want := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)

@@ -39,11 +39,6 @@ var optionKeys = map[string][]string{
 	"ExactlyOnce.MaxRecords":     {"txn-max-records"},
 	"OutboxSpan":                 {"outbox-span-interval", "outbox-retention-target"},
 	"OutboxSpan.TimeColumn":      {"created-at-column"},
-	"Replication.DSN":            {"postgres-dsn"},
-	"Rate":                       {"rate"},
-	"Selection":                  {"since", "until"},
-	"TimeColumn":                 {"created-at-column"},
-	"Margin":                     {"recovery-margin"},
 }
 
 // SettingKeys returns the keys of the settings behind the Options fields
@@ -55,7 +50,3 @@ func (e *OptionError) SettingKeys() []string {
 	}
 	return keys
 }
-
-// SettingKeys returns the poison policy's key: dead-lettering such events
-// instead of stopping is the setting "on-poison".
-func (e *PoisonError) SettingKeys() []string { return []string{"on-poison"} }

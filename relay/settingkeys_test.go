@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walrelay/walrelay/sink"
 )
 
 // settingKeys returns the keys err carries, nil when it carries none.
@@ -39,8 +41,8 @@ func TestOptionErrorKeys(t *testing.T) {
 			t.Errorf("%s: SettingKeys() = %q, want %q", tc.option, got, tc.want)
 		}
 	}
-	if got := settingKeys(&PoisonError{Err: errors.New("too large")}); !slices.Equal(got, []string{"on-poison"}) {
-		t.Errorf("PoisonError: SettingKeys() = %q", got)
+	if got := settingKeys(&sink.PoisonError{Err: errors.New("too large")}); !slices.Equal(got, []string{"on-poison"}) {
+		t.Errorf("sink.PoisonError: SettingKeys() = %q", got)
 	}
 }
 

@@ -161,7 +161,7 @@ func TestTopicLookupOutageShutdown(t *testing.T) {
 // to create for good (here POLICY_VIOLATION, with the broker's message) is
 // poison: under --on-poison=dlq the event goes to the dead-letter topic with
 // reason topic_refused and the broker's message, and the events after it
-// flow; under --on-poison=stop the relay stops with a *PoisonError saying so.
+// flow; under --on-poison=stop the relay stops with a *sink.PoisonError saying so.
 func TestTopicCreationRefusedIsPoison(t *testing.T) {
 	const msg = "topics must be named team.*"
 	for _, policy := range []string{OnPoisonDLQ, OnPoisonStop} {
@@ -198,10 +198,10 @@ func TestTopicCreationRefusedIsPoison(t *testing.T) {
 					t.Fatal("relay kept running after Kafka refused to create a topic, under --on-poison=stop")
 				}
 				f.Done <- err
-				var pe *PoisonError
+				var pe *sink.PoisonError
 				if !errors.As(err, &pe) || pe.Reason != "topic_refused" || !errors.Is(err, sink.ErrTopicRefused) ||
 					!strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), refused) {
-					t.Fatalf("relay returned %v, want a *PoisonError (topic_refused) naming the topic and the broker's message", err)
+					t.Fatalf("relay returned %v, want a *sink.PoisonError (topic_refused) naming the topic and the broker's message", err)
 				}
 				f.notConfirmed(t, afterRefused, "the refused event's transaction")
 				return

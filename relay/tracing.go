@@ -2,9 +2,9 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/walrelay/walrelay/internal/otlp"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -50,7 +51,7 @@ type TracingConfig struct {
 // ParseTracingEnv reads the OTEL_* variables that decide whether and how
 // walrelay traces from getenv (os.Getenv in Run). The exporter's own
 // variables (endpoint, headers, timeout, compression, certificates) are
-// read when it is made (see otlpExporter); the resource's
+// read when it is made (see internal/otlp); the resource's
 // (OTEL_SERVICE_NAME, default "walrelay", and OTEL_RESOURCE_ATTRIBUTES) and
 // the batch processor's (OTEL_BSP_*) by OpenTelemetry's SDK. A value
 // walrelay cannot honour is an *OptionError naming the variable.
@@ -122,16 +123,6 @@ func (c TracingConfig) sampler() sdktrace.Sampler {
 	return s
 }
 
-// redactURL drops the credentials from an endpoint URL.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = nil
-	return u.String()
-}
-
 // tracing is Run's tracer provider and how to stop it.
 type tracing struct {
 	tp   trace.TracerProvider // nil: off
@@ -165,7 +156,11 @@ func startTracing(ctx context.Context, given trace.TracerProvider, getenv func(s
 		log.Debug("tracing off", "why", c.Off)
 		return &tracing{}, nil
 	}
-	exp, err := newOTLPExporter(getenv, log)
+	exp, err := otlp.New(getenv, log)
+	var ee *otlp.EnvError
+	if errors.As(err, &ee) {
+		return nil, &OptionError{Option: ee.Var, Err: ee.Err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +179,7 @@ func startTracing(ctx context.Context, given trace.TracerProvider, getenv func(s
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(c.sampler()),
 	)
-	log.Info("tracing on: a span per event, exported over OTLP/HTTP", "endpoint", exp.endpoint, "sampler", c.Sampler)
+	log.Info("tracing on: a span per event, exported over OTLP/HTTP", "endpoint", exp.Endpoint(), "sampler", c.Sampler)
 	return &tracing{tp: tp, stop: func() {
 		sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
 		defer cancel()

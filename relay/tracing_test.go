@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/walrelay/walrelay/internal/otlp/otlptest"
 	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/relaytest"
@@ -50,7 +52,7 @@ func TestParseTracingEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseTracingEnv(envOf(tc.env...))
+			c, err := ParseTracingEnv(otlptest.Env(tc.env...))
 			if !wantOptionError(t, err, tc.errVar) {
 				return
 			}
@@ -154,7 +156,7 @@ func TestTracingEndToEnd(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rcv := newOTLPReceiver(t)
+			rcv := otlptest.NewReceiver(t)
 			otelEnv(t, append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL, "OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t"}, tc.env...)...)
 			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
 			if err != nil {
@@ -175,13 +177,13 @@ func TestTracingEndToEnd(t *testing.T) {
 			if tc.rootSampled {
 				want = 2
 			}
-			testwait.Eventually(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.spans()) >= want })
+			testwait.Eventually(t, 10*time.Second, "the spans to be exported", func() bool { return len(rcv.Spans()) >= want })
 			f.Stop() // flushes the rest: nothing more may come
-			spans := rcv.spans()
+			spans := rcv.Spans()
 			if len(spans) != want {
 				t.Fatalf("%d spans exported, want %d", len(spans), want)
 			}
-			var sp, root receivedSpan
+			var sp, root otlptest.Span
 			for _, s := range spans {
 				if hex.EncodeToString(s.TraceId) == appTraceID {
 					sp = s
@@ -217,12 +219,12 @@ func TestTracingEndToEnd(t *testing.T) {
 				"walrelay.table": "public." + f.Name + "_outbox", "walrelay.lsn": relaytest.HeaderValue(traced, "walrelay.lsn"),
 				"messaging.destination.partition.id": fmt.Sprint(traced.Partition), "messaging.kafka.offset": fmt.Sprint(traced.Offset),
 			} {
-				if got := sp.attr(k); got != v {
+				if got := sp.Attr(k); got != v {
 					t.Errorf("attribute %s = %q, want %q", k, got, v)
 				}
 			}
-			if sp.resource["service.name"] != tc.service || sp.resource["service.version"] == "" || sp.scope != sink.TracerName {
-				t.Errorf("resource %v scope %q, want service.name %q with a version, scope %s", sp.resource, sp.scope, tc.service, sink.TracerName)
+			if sp.Resource["service.name"] != tc.service || sp.Resource["service.version"] == "" || sp.Scope != sink.TracerName {
+				t.Errorf("resource %v scope %q, want service.name %q with a version, scope %s", sp.Resource, sp.Scope, tc.service, sink.TracerName)
 			}
 			if tc.rootSampled {
 				if len(root.ParentSpanId) != 0 || relaytest.HeaderValue(plain, "traceparent") != fmt.Sprintf("00-%x-%x-01", root.TraceId, root.SpanId) {
@@ -232,7 +234,7 @@ func TestTracingEndToEnd(t *testing.T) {
 			} else if got := relaytest.HeaderValue(plain, "traceparent"); got != "" {
 				t.Errorf("row without trace context got traceparent %q, want none (roots are not sampled)", got)
 			}
-			rcv.everyRequestHas(t, "Authorization", "Bearer s3cr3t") // from OTEL_EXPORTER_OTLP_HEADERS
+			rcv.EveryRequestHas(t, "Authorization", "Bearer s3cr3t") // from OTEL_EXPORTER_OTLP_HEADERS
 			logs := f.Logs.String()
 			if !strings.Contains(logs, "tracing on") || strings.Contains(logs, "s3cr3t") {
 				t.Errorf("log: want a 'tracing on' line and no header value:\n%s", logs)
@@ -248,7 +250,7 @@ func TestTracingOffEndToEnd(t *testing.T) {
 		nil,
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTEL_SDK_DISABLED", "true"}, // the endpoint is set below
 	} {
-		rcv := newOTLPReceiver(t)
+		rcv := otlptest.NewReceiver(t)
 		if env != nil {
 			env[1] = rcv.URL
 		}
@@ -266,11 +268,25 @@ func TestTracingOffEndToEnd(t *testing.T) {
 		if got := relaytest.HeaderValue(rec, "traceparent"); got != traceparent || relaytest.HeaderValue(rec, "tracestate") != appTracestate {
 			t.Errorf("env %q: record traceparent %q tracestate %q, want the row's", env, got, relaytest.HeaderValue(rec, "tracestate"))
 		}
-		if n := rcv.count(); n != 0 {
+		if n := rcv.Count(); n != 0 {
 			t.Errorf("env %q: %d exports, want none", env, n)
 		}
 		if strings.Contains(f.Logs.String(), "tracing on") {
 			t.Errorf("env %q: the log says tracing is on", env)
 		}
 	}
+}
+
+// wantOptionError checks that err is an *OptionError naming variable, or
+// nil when variable is "", and says whether the test goes on (no error).
+func wantOptionError(t *testing.T, err error, variable string) bool {
+	t.Helper()
+	var oe *OptionError
+	switch {
+	case variable == "" && err != nil:
+		t.Fatal(err)
+	case variable != "" && (!errors.As(err, &oe) || oe.Option != variable):
+		t.Fatalf("error %v, want an *OptionError naming %s", err, variable)
+	}
+	return variable == ""
 }

@@ -7,6 +7,14 @@
 // messages (EmitMessage), on its own replication connection or on any
 // ordinary one (NewQuerier).
 //
+// Entry points: prereq.go (Open: the checks, the publication and the slot;
+// Diagnose), stream.go (Stream, the loop that reads WAL and reports the
+// position), slot.go (ReadSlot, DropSlot), message.go (EmitMessage,
+// EmitGrants), span.go (ReadOutboxSpan, ServerTime), identity.go (Identity,
+// SystemIdentifier), querier.go (NewQuerier, TableColumns), connect.go
+// (Connect, ExplainConnect) and errors.go (IsRetryable and the typed
+// errors).
+//
 // Invariants:
 //   - one goroutine (the one running Stream.Run) uses the connection;
 //   - the only position ever reported as flushed is the one the caller's

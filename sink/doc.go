@@ -7,6 +7,15 @@
 // done function runs once Kafka acknowledged the record or the record failed
 // for good; only then may the caller count it as delivered.
 //
+// Entry points: sink.go (New, Sink.Prepare, Sink.Send), deadletter.go
+// (Sink.PrepareDeadLetter), reason.go (why an event is dead-lettered:
+// DeadLetterReason, PoisonOf, RefusalReason; PoisonError), txn.go (Kafka transactions, exactly-once),
+// checkpoint.go (the exactly-once checkpoint record and ReadCheckpoint),
+// readback.go (ReadRanges: records read back as a read_committed consumer
+// sees them, the one reader the operator's tools use too), replay.go
+// (records made again from a row or a dead letter), topic.go (topic
+// templates) and security.go (TLS and SASL).
+//
 // Invariants:
 //   - a record is never dropped: every Send ends in exactly one call of done,
 //     with nil only after the broker acknowledged it with acks=all;

@@ -5,18 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
-	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -60,6 +57,7 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 func settingError(err error) (error, bool) {
 	var ce *config.Error
 	var oe *relay.OptionError
+	var ooe *operator.OptionError
 	var se *sink.SettingError
 	var sse *schema.SettingError
 	switch {
@@ -67,6 +65,8 @@ func settingError(err error) (error, bool) {
 		return err, true
 	case errors.As(err, &oe):
 		return config.OptionError(oe), true
+	case errors.As(err, &ooe):
+		return config.OperatorError(ooe), true
 	case errors.As(err, &se):
 		return config.SinkError(se), true
 	case errors.As(err, &sse):
@@ -77,7 +77,7 @@ func settingError(err error) (error, bool) {
 
 // migrateCommand is `walrelay migrate`.
 func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int {
-	return c.result("migrate failed", migrate(ctx, cfg.PostgresDSN, cfg.PasswordSource(), cfg.Table, cfg.Partitioned, c.log))
+	return c.result("migrate failed", operator.Migrate(ctx, operator.MigrateOptions{DSN: cfg.PostgresDSN, PasswordSource: cfg.PasswordSource(), Table: cfg.Table, Partitioned: cfg.Partitioned}, c.log))
 }
 
 // statusCommand is `walrelay status`.
@@ -88,86 +88,6 @@ func statusCommand(ctx context.Context, cfg config.StatusConfig, c *call) int {
 // doctorCommand is `walrelay doctor`.
 func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
 	return doctor(ctx, cfg, c.stdout)
-}
-
-// migrate applies the default migrations to table; with partitioned, the
-// partitioned outbox (daily partitions) is created first, so the default
-// table definition then finds it in place. src supplies the password (nil:
-// the DSN's).
-func migrate(ctx context.Context, dsn string, src replication.PasswordSource, table string, partitioned bool, log *slog.Logger) error {
-	tn, err := replication.ParseTable(table)
-	if err != nil {
-		return &config.Error{Key: "table", Err: err}
-	}
-	ms, err := migrations.All()
-	if err != nil {
-		return err
-	}
-	if partitioned {
-		pms, err := migrations.Partitioned()
-		if err != nil {
-			return err
-		}
-		ms = append(pms, ms...)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	pc, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return &config.Error{Key: "postgres-dsn", Err: err}
-	}
-	conn, err := replication.ConnectConfig(cctx, pc, src)
-	if err != nil {
-		return replication.ExplainConnect(err, pc, false)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(cctx, migrations.CreateSchema(pgx.Identifier{tn.Schema}.Sanitize())).ReadAll(); err != nil {
-		return migrateError(cctx, conn, tn.Schema, fmt.Errorf("create schema %s: %w", tn.Schema, err))
-	}
-	for _, m := range ms {
-		if _, err := conn.Exec(cctx, m.Render(tn.Quoted())).ReadAll(); err != nil {
-			return migrateError(cctx, conn, tn.Schema, fmt.Errorf("apply %s: %w", m.Name, err))
-		}
-		log.Info("applied migration", "migration", m.Name, "table", tn.String())
-	}
-	return nil
-}
-
-// migrateError adds to a migration failure for lack of privilege (42501)
-// the privileges the role lacks and the GRANTs that give them: CREATE on the
-// database (CREATE SCHEMA, even IF NOT EXISTS), on the outbox's schema and on
-// the walrelay schema when they exist.
-func migrateError(ctx context.Context, conn *pgconn.PgConn, schema string, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
-		return err
-	}
-	lit, lerr := conn.EscapeString(schema)
-	if lerr != nil {
-		return err
-	}
-	res, qerr := conn.Exec(ctx, `SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE'),
-	    coalesce((SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE nspname = '`+lit+`'), true),
-	    coalesce((SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE nspname = 'walrelay'), true)`).ReadAll()
-	if qerr != nil || len(res) == 0 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 5 {
-		return err
-	}
-	r := res[0].Rows[0]
-	user := pgx.Identifier{string(r[0])}.Sanitize()
-	var grants []string
-	if string(r[2]) != "t" {
-		grants = append(grants, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s;", pgx.Identifier{string(r[1])}.Sanitize(), user))
-	}
-	for i, s := range []string{schema, "walrelay"} {
-		if string(r[3+i]) != "t" && (i == 0 || s != schema) {
-			grants = append(grants, fmt.Sprintf("GRANT CREATE ON SCHEMA %s TO %s;", pgx.Identifier{s}.Sanitize(), user))
-		}
-	}
-	if len(grants) == 0 {
-		return fmt.Errorf("%w; fix: run walrelay migrate as the owner of the existing outbox objects or as a superuser", err)
-	}
-	return fmt.Errorf("%w; fix: role %s needs: %s (run by the owner or a superuser), or run walrelay migrate as a role that has them",
-		err, user, strings.Join(grants, " "))
 }
 
 // status prints the slot's state, then the outbox tables' retained span

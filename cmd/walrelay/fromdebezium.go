@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/fromdebezium"
 )
 
 const fromDebeziumUsage = `Usage: walrelay config from-debezium [flags] <connector file>
@@ -28,10 +29,10 @@ func fromDebeziumCommand(_ context.Context, cfg config.FromDebeziumConfig, c *ca
 		c.failed("read the connector file", err)
 		return ExitFailure
 	}
-	name, raw, err := config.ParseConnectorConfig(data)
+	name, raw, err := fromdebezium.ParseConnectorConfig(data)
 	if err == nil {
-		var t config.Translation
-		if t, err = config.TranslateDebezium(name, raw); err == nil {
+		var t fromdebezium.Translation
+		if t, err = fromdebezium.Translate(name, raw); err == nil {
 			yml := t.YAML(filepath.Base(cfg.File))
 			fmt.Fprint(c.stdout, yml)
 			if err := t.Check(yml, ""); err != nil {

@@ -1,5 +1,12 @@
 // Command walrelay relays transactional-outbox events from Postgres logical
 // replication to Kafka. See README.md.
+//
+// The command only parses, calls and prints: main.go lists the commands
+// (commands) and cli.go runs one (Main: settings through
+// internal/config, exit codes); each command is a function that calls
+// relay.Run or one of the operator package's tools and prints what it did
+// (commands.go: run, status, doctor, migrate; replay.go, redrive.go,
+// prune_cmd.go, cutover_cmd.go, fromdebezium.go). It holds no SQL.
 package main
 
 import (

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/pgtest"
 )
@@ -43,7 +44,7 @@ func confirmPast(t *testing.T, pg *pgtest.Conn, slot, passedSQL string, want int
 // last delivered event, then keeps the rows after it less the margin.
 func TestPruneGuard(t *testing.T) {
 	dsn, pg := testDatabase(t)
-	if err := migrate(context.Background(), dsn, nil, "public.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := operator.Migrate(context.Background(), operator.MigrateOptions{DSN: dsn, Table: "public.outbox"}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(n int, age string) {

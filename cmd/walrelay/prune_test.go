@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/migrations"
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/test/pgtest"
 )
 
@@ -91,7 +92,7 @@ func TestPruneUsage(t *testing.T) {
 func TestPrunePlain(t *testing.T) {
 	dsn, pg := testDatabase(t)
 	pg.Exec("CREATE SCHEMA h5_prune")
-	if err := migrate(context.Background(), dsn, nil, "h5_prune.outbox", false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := operator.Migrate(context.Background(), operator.MigrateOptions{DSN: dsn, Table: "h5_prune.outbox"}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(n int, age string) {

@@ -37,13 +37,12 @@ var redriveGroups = []string{config.GroupGeneral, config.GroupPostgres, config.G
 
 // redriveCommand is `walrelay dlq redrive`.
 func redriveCommand(ctx context.Context, cfg config.RedriveConfig, c *call) int {
-	opts, err := cfg.Relay(c.log)
+	opts, err := cfg.Redrive(c.log)
 	if err != nil {
 		return c.result("dlq redrive failed", err)
 	}
-	ro := cfg.RedriveOptions()
-	ro.OnRecord = func(it operator.RedriveItem) { printRedriveItem(c, cfg.DryRun, it) }
-	res, err := operator.Redrive(ctx, opts, ro)
+	opts.OnRecord = func(it operator.RedriveItem) { printRedriveItem(c, cfg.DryRun, it) }
+	res, err := operator.Redrive(ctx, opts)
 	if err != nil {
 		if err, isConfig := settingError(err); isConfig {
 			c.invalid(err)

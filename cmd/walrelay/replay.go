@@ -56,13 +56,16 @@ var replayGroups = []string{config.GroupGeneral, config.GroupPostgres, config.Gr
 
 // replayCommand is `walrelay replay`.
 func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
-	opts, err := cfg.Relay(c.log)
+	ro, err := cfg.Replay(c.log)
 	if err != nil {
 		return c.result("replay failed", err)
 	}
-	ro := cfg.ReplayOptions()
 	if cfg.SinceLastDelivered {
-		rec, err := operator.PlanRecovery(ctx, opts, cfg.RecoveryMargin)
+		opts, err := cfg.Recovery(c.log)
+		if err != nil {
+			return c.result("replay failed", err)
+		}
+		rec, err := operator.PlanRecovery(ctx, opts)
 		if err != nil {
 			return replayFailed(c, err)
 		}
@@ -77,7 +80,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	}
 	p := newReplayProgress(c, cfg)
 	ro.Progress, ro.ProgressInterval = p.callback(), p.interval
-	res, err := operator.Replay(ctx, opts, ro)
+	res, err := operator.Replay(ctx, ro)
 	p.finish()
 
 	var nothing *operator.NothingToReplayError

@@ -10,16 +10,6 @@ import (
 	"github.com/walrelay/walrelay/replication"
 )
 
-// emitMessageACL lists every overload of pg_logical_emit_message (text and
-// bytea content; Postgres 17 adds a flush argument) with whether PUBLIC and
-// the current role may execute it.
-const emitMessageACL = `SELECT p.oid::regprocedure::text,
-       has_function_privilege('public', p.oid, 'EXECUTE'),
-       has_function_privilege(current_user, p.oid, 'EXECUTE')
-  FROM pg_catalog.pg_proc p
- WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace
- ORDER BY 1`
-
 // checkTableless reports whether the tableless outbox (cfg.MessagePrefix set)
 // is safe to use: any role that can call pg_logical_emit_message can write
 // an event with any topic and key into the stream, so EXECUTE must not be
@@ -33,20 +23,17 @@ func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note strin
 		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}
 	defer conn.Close(context.Background())
-	res, err := conn.Exec(cctx, emitMessageACL).ReadAll()
-	if err == nil && len(res) != 1 {
-		err = fmt.Errorf("unexpected result")
-	}
+	grants, err := replication.EmitGrants(cctx, replication.NewQuerier(conn))
 	if err != nil {
 		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}
 	var public, self []string
-	for _, r := range res[0].Rows {
-		if string(r[1]) == "t" {
-			public = append(public, string(r[0]))
+	for _, g := range grants {
+		if g.Public {
+			public = append(public, g.Function)
 		}
-		if string(r[2]) != "t" {
-			self = append(self, string(r[0]))
+		if !g.Self {
+			self = append(self, g.Function)
 		}
 	}
 	if len(public) > 0 {

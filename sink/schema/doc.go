@@ -14,6 +14,9 @@
 // without a rule are not touched. The package knows nothing of Kafka: the
 // sink calls Encode with the record's topic and the event's table and type.
 //
+// Entry points: encoder.go (New, Encoder.Encode) and config.go (Config,
+// the rules).
+//
 // Invariants:
 //   - a payload that does not fit its schema is never sent unencoded or
 //     partially encoded: Encode fails with an error wrapping ErrMismatch that

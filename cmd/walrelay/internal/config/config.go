@@ -9,6 +9,7 @@ import (
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
@@ -434,6 +435,10 @@ func OptionError(oe *relay.OptionError) *Error {
 	}
 	return keyedError(oe, key, oe.Err)
 }
+
+// OperatorError returns oe, an *operator.OptionError, as an *Error naming
+// the settings oe names (SettingKeys), else the field it names.
+func OperatorError(oe *operator.OptionError) *Error { return keyedError(oe, oe.Option, oe.Err) }
 
 // optionKeys are the configuration keys of the runtime's options whose
 // names are not the key.

@@ -2,9 +2,14 @@
 // loader that reads them.
 //
 // Each command has a configuration type (Config for run and doctor,
-// PruneConfig, CutoverConfig, MigrateConfig, StatusConfig, NoSettings for
-// version) that lists its settings: a key, the group -h lists it under, a
-// usage line and the field it sets. Load reads them all the same way:
+// ReplayConfig, RedriveConfig, PruneConfig, CutoverConfig, MigrateConfig,
+// StatusConfig, FromDebeziumConfig, NoSettings for version), in a file named
+// after the command, that lists its settings: a key, the group -h lists it
+// under, a usage line and the field it sets. Entry points: load.go (Load),
+// config.go (Config, and Config.Relay: the runtime's relay.Options),
+// operator.go (the operator's options of replay, recovery and redrive;
+// prune.go and cutover.go map theirs) and explain.go (Explain). Load reads
+// them all the same way:
 //
 //   - a setting key (slot) is the flag --slot, the environment variable
 //     WALRELAY_SLOT and the key slot of the YAML file named by --config or
@@ -18,7 +23,7 @@
 //   - -h prints built-in defaults only, never a value from the environment or
 //     the file (a DSN there may hold a password).
 //
-// The libraries (replication, sink, relay) name settings by key, never as a
+// The libraries (replication, sink, relay, operator) name settings by key, never as a
 // flag or an environment variable: an error that concerns settings has a
 // method SettingKeys() []string, the main key first. Explain renders an
 // error with the flag, variable and file key of each setting its chain

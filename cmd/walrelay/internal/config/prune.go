@@ -120,16 +120,16 @@ func (c PruneConfig) deliveredConfig() Config {
 	return k
 }
 
-// Prune is prune's options for this configuration: with Kafka brokers, the
-// runtime's options that operator.LastDelivered reads the last delivered
-// event with; log is their logger.
+// Prune is prune's options for this configuration: with Kafka brokers, run's
+// settings that find the last delivered event; log is their logger.
 func (c PruneConfig) Prune(log *slog.Logger) (operator.PruneOptions, error) {
 	o := operator.PruneOptions{DSN: c.PostgresDSN, PasswordSource: c.PasswordSource(), Table: c.Table, OlderThan: c.OlderThan, BatchSize: c.BatchSize,
 		TimeColumn: c.CreatedAtColumn, DryRun: c.DryRun, Slot: c.Slot, Force: c.Force, RecoveryMargin: c.RecoveryMargin}
 	if len(c.Kafka.KafkaBrokers) == 0 {
 		return o, nil
 	}
-	d, err := c.deliveredConfig().Relay(log)
+	ro, err := c.deliveredConfig().Relay(log)
+	d := delivered(ro)
 	o.Delivered = &d
 	return o, err
 }

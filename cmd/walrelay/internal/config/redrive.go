@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/walrelay/walrelay/operator"
-	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -49,9 +48,9 @@ func (c RedriveConfig) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return err
 	}
-	reasons := relay.DeadLetterReasons()
+	reasons := sink.DeadLetterReasons()
 	for _, r := range c.Reasons {
-		if !slices.Contains(reasons, relay.DeadLetterReason(r)) {
+		if !slices.Contains(reasons, sink.DeadLetterReason(r)) {
 			return invalid("reason", "%q is not a dead-letter reason (one of %v)", r, reasons)
 		}
 	}
@@ -67,9 +66,4 @@ func (c RedriveConfig) Validate() error {
 		return invalid("redrive-group", "required")
 	}
 	return nil
-}
-
-// RedriveOptions are the redrive's selection and group.
-func (c RedriveConfig) RedriveOptions() operator.RedriveOptions {
-	return operator.RedriveOptions{Reasons: c.Reasons, Topics: c.IntendedTopics, Since: c.Since, Until: c.Until, Group: c.Group, DryRun: c.DryRun}
 }

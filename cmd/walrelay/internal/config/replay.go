@@ -116,16 +116,6 @@ func (c ReplayConfig) Validate() error {
 	return nil
 }
 
-// ReplayOptions are the replay's options (the selection, the time column,
-// the rate, the resume token and the id).
-func (c ReplayConfig) ReplayOptions() operator.ReplayOptions {
-	return operator.ReplayOptions{
-		Selection: operator.ReplaySelection{Since: c.Since, Until: c.Until, IDs: c.EventIDs, AggregateTypes: c.AggregateTypes,
-			AggregateIDs: c.AggregateIDs, EventTypes: c.EventTypes},
-		TimeColumn: c.CreatedAtColumn, Rate: c.Rate, DryRun: c.DryRun, Resume: c.Resume, ID: c.ReplayID,
-	}
-}
-
 // timeVal is a point in time: RFC 3339 (with or without fractions of a
 // second), a date or date and time without a zone (UTC), or an age (36h,
 // 3d) before now.

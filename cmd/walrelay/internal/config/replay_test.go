@@ -58,14 +58,13 @@ func TestReplayConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro := cfg.ReplayOptions()
-	if ro.TimeColumn != "born" || ro.Rate != 500 || !ro.Selection.Since.Equal(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)) ||
+	ro, err := cfg.Replay(nil)
+	if err != nil || ro.TimeColumn != "born" || ro.Rate != 500 || !ro.Selection.Since.Equal(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)) ||
 		!slices.Equal(ro.Selection.AggregateTypes, []string{"order", "invoice"}) {
-		t.Errorf("replay options %+v", ro)
+		t.Errorf("replay options %+v, %v", ro, err)
 	}
-	opts, err := cfg.Relay(nil)
-	if err != nil || opts.Sink.Topic != "orders.{event_type}" || opts.ExactlyOnce == nil || opts.ExactlyOnce.TransactionalID != "walrelay-walrelay" {
-		t.Errorf("runtime options from run's settings: %+v, %v", opts, err)
+	if ro.Sink.Topic != "orders.{event_type}" || ro.ExactlyOnce == nil || ro.ExactlyOnce.TransactionalID != "walrelay-walrelay" {
+		t.Errorf("replay options from run's settings: %+v", ro)
 	}
 	if cfg.RecoveryMargin != operator.DefaultRecoveryMargin {
 		t.Errorf("recovery margin %v, want the library's default %v", cfg.RecoveryMargin, operator.DefaultRecoveryMargin)
@@ -105,10 +104,10 @@ func TestRedriveConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro := cfg.RedriveOptions()
-	if !slices.Equal(ro.Reasons, []string{"topic_refused"}) || !slices.Equal(ro.Topics, []string{"a.b"}) || ro.Since.IsZero() ||
-		ro.Group != operator.DefaultRedriveGroup || cfg.Sink().DeadLetterTopic() != "dead" {
-		t.Errorf("redrive options %+v", ro)
+	ro, err := cfg.Redrive(nil)
+	if err != nil || !slices.Equal(ro.Reasons, []string{"topic_refused"}) || !slices.Equal(ro.Topics, []string{"a.b"}) || ro.Since.IsZero() ||
+		ro.Group != operator.DefaultRedriveGroup || ro.Sink.DeadLetterTopic() != "dead" {
+		t.Errorf("redrive options %+v, %v", ro, err)
 	}
 	for _, c := range []struct {
 		args []string

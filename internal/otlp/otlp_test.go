@@ -1,16 +1,12 @@
-package relay
+package otlp
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,138 +20,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/walrelay/walrelay/internal/otlp/otlptest"
 )
-
-// otlpReceiver is an OTLP/HTTP trace receiver: it decodes each request
-// (protobuf, gzip or not) and answers with answer (nil: 200 and an empty
-// ExportTraceServiceResponse).
-type otlpReceiver struct {
-	*httptest.Server
-	mu       sync.Mutex
-	requests []*coltracepb.ExportTraceServiceRequest
-	headers  []http.Header
-	answer   func(n int) (status int, header http.Header, body []byte) // n: the request's number, from 1
-}
-
-func newOTLPReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	r := &otlpReceiver{}
-	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.Close)
-	return r
-}
-
-func (r *otlpReceiver) serve(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "not an OTLP/HTTP protobuf trace export: "+req.Method+" "+req.URL.Path, http.StatusNotFound)
-		return
-	}
-	var body io.Reader = req.Body
-	if req.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(req.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = zr
-	}
-	b, err := io.ReadAll(body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	m := &coltracepb.ExportTraceServiceRequest{}
-	if err := proto.Unmarshal(b, m); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	r.mu.Lock()
-	r.requests = append(r.requests, m)
-	r.headers = append(r.headers, req.Header.Clone())
-	n, answer := len(r.requests), r.answer
-	r.mu.Unlock()
-	status, header, out := http.StatusOK, http.Header(nil), []byte(nil)
-	if answer != nil {
-		status, header, out = answer(n)
-	}
-	if out == nil && status == http.StatusOK {
-		out, _ = proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	}
-	for k, v := range header {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.WriteHeader(status)
-	_, _ = w.Write(out)
-}
-
-// spans returns every span received, with its resource's attributes.
-func (r *otlpReceiver) spans() []receivedSpan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []receivedSpan
-	for _, req := range r.requests {
-		for _, rs := range req.ResourceSpans {
-			res := map[string]string{}
-			for _, kv := range rs.Resource.GetAttributes() {
-				res[kv.Key] = kv.Value.GetStringValue()
-			}
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					out = append(out, receivedSpan{Span: s, resource: res, scope: ss.Scope.GetName()})
-				}
-			}
-		}
-	}
-	return out
-}
-
-// everyRequestHas checks that each request came with header key: value.
-func (r *otlpReceiver) everyRequestHas(t *testing.T, key, value string) {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, h := range r.headers {
-		if h.Get(key) != value {
-			t.Errorf("a request came without %s: %s (headers %v)", key, value, h)
-		}
-	}
-}
-
-func (r *otlpReceiver) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.requests)
-}
-
-type receivedSpan struct {
-	*tracepb.Span
-	resource map[string]string
-	scope    string
-}
-
-func (s receivedSpan) attr(key string) string {
-	for _, kv := range s.Attributes {
-		if kv.Key == key {
-			if v, ok := kv.Value.GetValue().(*commonpb.AnyValue_IntValue); ok {
-				return strconv.FormatInt(v.IntValue, 10)
-			}
-			return kv.Value.GetStringValue()
-		}
-	}
-	return ""
-}
-
-func envOf(kv ...string) func(string) string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) string { return m[k] }
-}
 
 var quietLog = slog.New(slog.DiscardHandler)
 
@@ -167,7 +36,7 @@ func TestOTLPExporterSettings(t *testing.T) {
 		header  http.Header
 		timeout time.Duration
 		gzip    bool
-		errVar  string // the *OptionError's variable ("" : no error)
+		errVar  string // the *EnvError's variable ("" : no error)
 	}{
 		{name: "default endpoint", url: "http://localhost:4318/v1/traces", timeout: 10 * time.Second},
 		{name: "general endpoint gets the traces path", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318/"},
@@ -190,8 +59,8 @@ func TestOTLPExporterSettings(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := newOTLPExporter(envOf(tc.env...), quietLog)
-			if !wantOptionError(t, err, tc.errVar) {
+			e, err := New(otlptest.Env(tc.env...), quietLog)
+			if !wantEnvError(t, err, tc.errVar) {
 				return
 			}
 			if e.url != tc.url || e.timeout != tc.timeout || e.gzip != tc.gzip {
@@ -207,16 +76,16 @@ func TestOTLPExporterSettings(t *testing.T) {
 	}
 }
 
-// wantOptionError checks that err is an *OptionError naming variable, or
-// nil when variable is "", and says whether the test goes on (no error).
-func wantOptionError(t *testing.T, err error, variable string) bool {
+// wantEnvError checks that err is an *EnvError naming variable, or nil
+// when variable is "", and says whether the test goes on (no error).
+func wantEnvError(t *testing.T, err error, variable string) bool {
 	t.Helper()
-	var oe *OptionError
+	var ee *EnvError
 	switch {
 	case variable == "" && err != nil:
 		t.Fatal(err)
-	case variable != "" && (!errors.As(err, &oe) || oe.Option != variable):
-		t.Fatalf("error %v, want an *OptionError naming %s", err, variable)
+	case variable != "" && (!errors.As(err, &ee) || ee.Var != variable):
+		t.Fatalf("error %v, want an *EnvError naming %s", err, variable)
 	}
 	return variable == ""
 }
@@ -235,11 +104,11 @@ func equalHeader(a, b http.Header) bool {
 
 // A header value (an API key) never appears in an error or a log line.
 func TestOTLPExporterHidesHeaderValues(t *testing.T) {
-	_, err := newOTLPExporter(envOf("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cr3t%zz"), quietLog)
+	_, err := New(otlptest.Env("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cr3t%zz"), quietLog)
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
 		t.Fatalf("error %v: want one that does not quote the value", err)
 	}
-	_, err = newOTLPExporter(envOf("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://user:s3cr3t@host"), quietLog)
+	_, err = New(otlptest.Env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://user:s3cr3t@host"), quietLog)
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
 		t.Fatalf("error %v: want one without the URL's password", err)
 	}
@@ -290,8 +159,8 @@ func sortedRequest(m *coltracepb.ExportTraceServiceRequest) *coltracepb.ExportTr
 // sends for the same spans, field for field.
 func TestOTLPExporterMatchesOpenTelemetrys(t *testing.T) {
 	spans := testSpans(t)
-	ours, theirs := newOTLPReceiver(t), newOTLPReceiver(t)
-	e, err := newOTLPExporter(envOf("OTEL_EXPORTER_OTLP_ENDPOINT", ours.URL), quietLog)
+	ours, theirs := otlptest.NewReceiver(t), otlptest.NewReceiver(t)
+	e, err := New(otlptest.Env("OTEL_EXPORTER_OTLP_ENDPOINT", ours.URL), quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,10 +175,10 @@ func TestOTLPExporterMatchesOpenTelemetrys(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = ref.Shutdown(context.Background())
-	if ours.count() != 1 || theirs.count() != 1 {
-		t.Fatalf("requests: ours %d, OpenTelemetry's %d; want 1 each", ours.count(), theirs.count())
+	if ours.Count() != 1 || theirs.Count() != 1 {
+		t.Fatalf("requests: ours %d, OpenTelemetry's %d; want 1 each", ours.Count(), theirs.Count())
 	}
-	got, want := sortedRequest(ours.requests[0]), sortedRequest(theirs.requests[0])
+	got, want := sortedRequest(ours.Requests()[0]), sortedRequest(theirs.Requests()[0])
 	if !proto.Equal(got, want) {
 		t.Errorf("walrelay's request differs from OpenTelemetry's:\nours:   %v\ntheirs: %v", got, want)
 	}
@@ -339,10 +208,10 @@ func TestOTLPExporterRetriesAndWarns(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newOTLPReceiver(t)
+			r := otlptest.NewReceiver(t)
 			var lastAt time.Time
 			var gaps []time.Duration
-			r.answer = func(n int) (int, http.Header, []byte) {
+			r.Answer = func(n int) (int, http.Header, []byte) {
 				now := time.Now()
 				if n > 1 {
 					gaps = append(gaps, now.Sub(lastAt))
@@ -367,7 +236,7 @@ func TestOTLPExporterRetriesAndWarns(t *testing.T) {
 			if tc.timeout == "" {
 				tc.timeout = "5000"
 			}
-			e, err := newOTLPExporter(envOf("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL, "OTEL_EXPORTER_OTLP_TIMEOUT", tc.timeout,
+			e, err := New(otlptest.Env("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL, "OTEL_EXPORTER_OTLP_TIMEOUT", tc.timeout,
 				"OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cr3t"), log)
 			if err != nil {
 				t.Fatal(err)
@@ -375,7 +244,7 @@ func TestOTLPExporterRetriesAndWarns(t *testing.T) {
 			if err := e.ExportSpans(context.Background(), testSpans(t)); err != nil {
 				t.Fatalf("ExportSpans returned %v; failures are logged, not returned", err)
 			}
-			if got := r.count(); got != tc.requests {
+			if got := r.Count(); got != tc.requests {
 				t.Errorf("%d requests, want %d", got, tc.requests)
 			}
 			mu.Lock()
@@ -393,7 +262,7 @@ func TestOTLPExporterRetriesAndWarns(t *testing.T) {
 			if tc.retryHdr != "" && (len(gaps) != 1 || gaps[0] < 900*time.Millisecond) {
 				t.Errorf("retried after %v, want Retry-After's 1s", gaps)
 			}
-			r.everyRequestHas(t, "Api-Key", "s3cr3t")
+			r.EveryRequestHas(t, "Api-Key", "s3cr3t")
 		})
 	}
 }
@@ -403,13 +272,13 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestOTLPExporterGzip(t *testing.T) {
-	r := newOTLPReceiver(t)
-	e, err := newOTLPExporter(envOf("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL, "OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"), quietLog)
+	r := otlptest.NewReceiver(t)
+	e, err := New(otlptest.Env("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL, "OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"), quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = e.ExportSpans(context.Background(), testSpans(t))
-	if r.count() != 1 || r.headers[0].Get("Content-Encoding") != "gzip" || len(r.spans()) != 2 {
-		t.Fatalf("%d requests, %d spans: want one gzip request with 2 spans", r.count(), len(r.spans()))
+	if r.Count() != 1 || r.Headers()[0].Get("Content-Encoding") != "gzip" || len(r.Spans()) != 2 {
+		t.Fatalf("%d requests, %d spans: want one gzip request with 2 spans", r.Count(), len(r.Spans()))
 	}
 }

@@ -1,4 +1,4 @@
-package operator
+package sink
 
 import (
 	"context"
@@ -6,60 +6,60 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walrelay/walrelay/sink"
 )
 
 // Reading back what was produced (the newest records of the outbox topics,
-// the dead-letter topic): a record counts as a read_committed consumer
-// sees it, decided by its transaction's marker, and every offset of a range
-// is accounted for, so the caller knows where the decided records end.
+// the dead-letter topic; the checkpoint, checkpoint.go): a record counts as
+// a read_committed consumer sees it, decided by its transaction's marker,
+// and every offset of a range is accounted for, so the caller knows where
+// the decided records end.
 
-// recordState is what became of a record read back.
-type recordState uint8
+// RecordState is what became of a record read back.
+type RecordState uint8
 
 const (
-	stateCommitted recordState = iota // written outside a transaction, or its transaction committed
-	stateAborted                      // its transaction aborted: no read_committed consumer sees it
-	stateOpen                         // its transaction had no marker before the range's end
+	RecordCommitted RecordState = iota // written outside a transaction, or its transaction committed
+	RecordAborted                      // its transaction aborted: no read_committed consumer sees it
+	RecordOpen                         // its transaction had no marker before the range's end
 )
 
-// offsetRange is a partition's offsets [from, to).
-type offsetRange struct{ from, to int64 }
+// OffsetRange is a partition's offsets [From, To).
+type OffsetRange struct{ From, To int64 }
 
-// newReadbackClient returns a client of snk's brokers and security that
-// reads every record, control records included, for readRanges.
-func newReadbackClient(snk *sink.Sink) (*kgo.Client, error) {
-	return snk.NewClient(kgo.KeepControlRecords(), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+// NewReadbackClient returns a client of s's brokers and security that
+// reads every record, control records included, for ReadRanges. Close it
+// when done.
+func (s *Sink) NewReadbackClient() (*kgo.Client, error) {
+	return s.NewClient(kgo.KeepControlRecords(), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 }
 
-// readRanges reads ranges (topic -> partition -> offsets) with cl (from
-// newReadbackClient) and calls fn once for each data record in them, with
+// ReadRanges reads ranges (topic -> partition -> offsets) with cl (from
+// NewReadbackClient) and calls fn once for each data record in them, with
 // its state: records of a transaction when its marker is read (in offset
 // order within the transaction), those whose marker is not in the range at
 // its end. It returns when every range was read, fn failed, or ctx ended.
-func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32]offsetRange, fn func(*kgo.Record, recordState) error) error {
+func ReadRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32]OffsetRange, fn func(*kgo.Record, RecordState) error) error {
 	type tp struct {
 		topic string
 		p     int32
 	}
 	type partState struct {
-		r    offsetRange
+		r    OffsetRange
 		open map[int64][]*kgo.Record // producer id -> records of its open transaction
 	}
 	parts := map[tp]*partState{}
 	add := map[string]map[int32]kgo.Offset{}
 	for topic, ps := range ranges {
 		for p, r := range ps {
-			if r.to <= r.from {
+			if r.To <= r.From {
 				continue
 			}
 			parts[tp{topic, p}] = &partState{r: r, open: map[int64][]*kgo.Record{}}
 			if add[topic] == nil {
 				add[topic] = map[int32]kgo.Offset{}
 			}
-			add[topic][p] = kgo.NewOffset().At(r.from)
+			add[topic][p] = kgo.NewOffset().At(r.From)
 		}
 	}
 	if len(parts) == 0 {
@@ -81,7 +81,7 @@ func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32
 		}
 		slices.SortFunc(rest, func(a, b *kgo.Record) int { return int(a.Offset - b.Offset) })
 		for _, r := range rest {
-			if err := fn(r, stateOpen); err != nil {
+			if err := fn(r, RecordOpen); err != nil {
 				return err
 			}
 		}
@@ -113,7 +113,7 @@ func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32
 				if err != nil || done[k] {
 					return
 				}
-				if r.Offset >= ps.r.to {
+				if r.Offset >= ps.r.To {
 					done[k] = true
 					err = finish(ps)
 					return
@@ -122,9 +122,9 @@ func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32
 				case r.Attrs.IsControl():
 					rs := ps.open[r.ProducerID]
 					delete(ps.open, r.ProducerID)
-					st := stateAborted
+					st := RecordAborted
 					if controlCommits(r.Key) {
-						st = stateCommitted
+						st = RecordCommitted
 					}
 					for _, x := range rs {
 						if err = fn(x, st); err != nil {
@@ -134,9 +134,9 @@ func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32
 				case r.Attrs.IsTransactional():
 					ps.open[r.ProducerID] = append(ps.open[r.ProducerID], r)
 				default:
-					err = fn(r, stateCommitted)
+					err = fn(r, RecordCommitted)
 				}
-				if err == nil && r.Offset >= ps.r.to-1 {
+				if err == nil && r.Offset >= ps.r.To-1 {
 					done[k] = true
 					err = finish(ps)
 				}
@@ -147,10 +147,4 @@ func readRanges(ctx context.Context, cl *kgo.Client, ranges map[string]map[int32
 		}
 	}
 	return nil
-}
-
-// controlCommits reports whether a control record's key is a commit marker
-// (version int16, then type int16: 0 abort, 1 commit).
-func controlCommits(key []byte) bool {
-	return len(key) >= 4 && key[2] == 0 && key[3] == 1
 }

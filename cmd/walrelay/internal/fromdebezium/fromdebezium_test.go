@@ -1,4 +1,4 @@
-package config
+package fromdebezium
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 )
 
 // TestDebeziumMappingIsTheDoc: docs/migrating-from-debezium.md's mapping tables list one
@@ -43,7 +45,7 @@ func TestDebeziumMappingIsTheDoc(t *testing.T) {
 	if len(tables) != 2 {
 		t.Fatalf("%d mapping tables, want 2 (connector keys, router keys)", len(tables))
 	}
-	connector, router := DebeziumKeys()
+	connector, router := Keys()
 	for i, c := range []struct {
 		what      string
 		doc, code []string
@@ -78,7 +80,7 @@ func TestTranslateDebezium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := TranslateDebezium(name, raw)
+	tr, err := Translate(name, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +109,8 @@ func TestTranslateDebezium(t *testing.T) {
 	if err := tr.Check(yml, t.TempDir()); err != nil {
 		t.Errorf("walrelay run refuses the translation: %v", err)
 	}
-	cfg := Defaults()
-	if err := Load(Command{Name: "run"}, &cfg, []string{"--config", writeTemp(t, yml), "--kafka-brokers", "k:9092"}, envMap(nil), nil); err != nil {
+	cfg := config.Defaults()
+	if err := config.Load(config.Command{Name: "run"}, &cfg, []string{"--config", writeTemp(t, yml), "--kafka-brokers", "k:9092"}, func(string) string { return "" }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Topic != "e2e_cut.outbox.event.{aggregate_type}" || cfg.Columns != "debezium" || cfg.OnPoison != "dlq" || len(cfg.EnvelopeColumns) != 0 {
@@ -146,7 +148,7 @@ producer.override.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainL
 	if err != nil || name != "env" || raw["table.include.list"] != `app\.outbox` {
 		t.Fatalf("properties: %q %v %v", name, raw, err)
 	}
-	tr, err := TranslateDebezium(name, raw)
+	tr, err := Translate(name, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +175,7 @@ producer.override.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainL
 
 	// The JsonConverter with schemas, and no envelope with the JsonConverter: not mapped.
 	raw["value.converter.schemas.enable"] = "true"
-	tr, _ = TranslateDebezium(name, raw)
+	tr, _ = Translate(name, raw)
 	if yml := tr.YAML("x"); strings.Contains(yml, "envelope:") || !strings.Contains(yml, "walrelay writes no Connect schemas") {
 		t.Errorf("schemas enabled:\n%s", yml)
 	}
@@ -181,7 +183,7 @@ producer.override.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainL
 		{"connector.class": "io.debezium.connector.mysql.MySqlConnector"},
 		{"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "transforms": "x", "transforms.x.type": "org.apache.kafka.connect.transforms.RegexRouter"},
 	} {
-		if _, err := TranslateDebezium("", bad); err == nil {
+		if _, err := Translate("", bad); err == nil {
 			t.Errorf("%v: translated", bad)
 		}
 	}

@@ -1,15 +1,18 @@
-package relay
+package sink
 
 import (
 	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/sink"
 )
 
 // DeadLetterReason says why an event went to the dead-letter topic: the
 // walrelay.dlq.reason header of its record and the reason label of
-// walrelay_dead_letters_total. deadLetterReasons is the one list of them.
+// walrelay_dead_letters_total. deadLetterReasons is the one list of them,
+// for the relay's pipeline and the operator's replays and redrives alike.
 type DeadLetterReason string
 
 // The dead-letter reasons.
@@ -35,7 +38,7 @@ const (
 type deadLetterRule struct {
 	reason  DeadLetterReason
 	poison  error // a decoder poison (decoder.Event.Poison wraps it)
-	refusal error // a sink refusal (*sink.ProduceError wraps it)
+	refusal error // a sink refusal (*ProduceError wraps it)
 }
 
 // deadLetterReasons is every reason, in the order the pipeline checks them.
@@ -48,14 +51,14 @@ var deadLetterReasons = []deadLetterRule{
 	{reason: ReasonBadPayload, poison: decoder.ErrBadPayload},
 	{reason: ReasonBadTimestamp, poison: decoder.ErrBadTimestamp},
 	{reason: ReasonBadMessage, poison: decoder.ErrBadMessage},
-	{reason: ReasonUnsupportedValue, poison: decoder.ErrUnsupportedValue, refusal: sink.ErrEnvelopeValue},
-	{reason: ReasonBadPartition, poison: decoder.ErrBadPartition, refusal: sink.ErrNoSuchPartition},
+	{reason: ReasonUnsupportedValue, poison: decoder.ErrUnsupportedValue, refusal: ErrEnvelopeValue},
+	{reason: ReasonBadPartition, poison: decoder.ErrBadPartition, refusal: ErrNoSuchPartition},
 	{reason: ReasonUndecodable},
 	{reason: ReasonEmptyAggregateID},
-	{reason: ReasonInvalidTopic, refusal: sink.ErrInvalidTopic},
-	{reason: ReasonTopicRefused, refusal: sink.ErrTopicRefused},
-	{reason: ReasonTooLarge, refusal: sink.ErrTooLarge},
-	{reason: ReasonSchemaMismatch, refusal: sink.ErrSchemaMismatch},
+	{reason: ReasonInvalidTopic, refusal: ErrInvalidTopic},
+	{reason: ReasonTopicRefused, refusal: ErrTopicRefused},
+	{reason: ReasonTooLarge, refusal: ErrTooLarge},
+	{reason: ReasonSchemaMismatch, refusal: ErrSchemaMismatch},
 }
 
 // poisonReason is the reason of a decoder poison.
@@ -98,4 +101,35 @@ func IsRefusal(reason string) bool {
 		}
 	}
 	return false
+}
+
+// PoisonError is an event whose values cannot become a valid record.
+type PoisonError struct {
+	EventID string
+	Table   string
+	LSN     pglogrepl.LSN
+	Reason  string
+	Err     error
+}
+
+func (e *PoisonError) Error() string {
+	return fmt.Sprintf("event id=%s table=%s lsn=%s cannot be produced (%s): %v; the slot stays before it (set the poison policy to dlq to dead-letter such events)",
+		e.EventID, e.Table, e.LSN, e.Reason, e.Err)
+}
+
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// SettingKeys returns the poison policy's key: dead-lettering such events
+// instead of stopping is the setting "on-poison".
+func (e *PoisonError) SettingKeys() []string { return []string{"on-poison"} }
+
+// PoisonOf says why ev's values cannot become a valid record, if they cannot.
+func PoisonOf(ev *decoder.Event) (DeadLetterReason, error) {
+	if ev.Poison != nil {
+		return poisonReason(ev.Poison), ev.Poison
+	}
+	if len(ev.AggregateID) == 0 {
+		return ReasonEmptyAggregateID, errors.New("aggregate id is empty: records of one aggregate need a key to keep their order")
+	}
+	return "", nil
 }

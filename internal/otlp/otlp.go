@@ -1,11 +1,17 @@
-package relay
+// Package otlp is walrelay's OTLP/HTTP trace exporter (protobuf), which
+// Run uses when the OTEL_* environment variables ask for traces and the
+// embedding program brings no tracer provider of its own. It is a leaf: it
+// imports OpenTelemetry's SDK and protocol types, internal/tlsfiles for its
+// TLS and internal/retry for its waits, and nothing of walrelay's stages;
+// otlp.go is its entry point (New, Exporter). Its encoding is checked
+// against OpenTelemetry's own exporter (otlptracehttp) in the tests.
+package otlp
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +19,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,9 +36,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walrelay/walrelay/internal/retry"
+	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
-// otlpExporter sends spans to an OTLP/HTTP receiver as protobuf: one POST
+// Exporter sends spans to an OTLP/HTTP receiver as protobuf: one POST
 // of an ExportTraceServiceRequest per batch. It is walrelay's own rather
 // than OpenTelemetry's otlptracehttp because that one links gRPC (its
 // request type's package holds the gRPC service too): 12 MB more binary
@@ -47,7 +53,7 @@ import (
 // backoff (Retry-After honoured) within the timeout; then the batch is
 // dropped and a warning logged (at most once a minute). Failures never
 // reach OpenTelemetry's global error handler.
-type otlpExporter struct {
+type Exporter struct {
 	url      string
 	header   http.Header
 	timeout  time.Duration
@@ -71,17 +77,28 @@ const (
 // exportWarnEvery spaces the warnings about failed exports.
 const exportWarnEvery = time.Minute
 
-// newOTLPExporter configures an exporter from getenv. A value it cannot use
-// is an *OptionError naming the variable; header values are never quoted.
-func newOTLPExporter(getenv func(string) string, log *slog.Logger) (*otlpExporter, error) {
+// EnvError is a variable's value New cannot use; Var names the variable (or
+// two, "A, B").
+type EnvError struct {
+	Var string
+	Err error
+}
+
+func (e *EnvError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *EnvError) Unwrap() error { return e.Err }
+
+// New configures an exporter from getenv. A value it cannot use is an
+// *EnvError naming the variable; header values are never quoted. It dials
+// nothing before its first export.
+func New(getenv func(string) string, log *slog.Logger) (*Exporter, error) {
 	env := func(name string) (string, string) {
 		if v := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_" + name)); v != "" {
 			return v, "OTEL_EXPORTER_OTLP_TRACES_" + name
 		}
 		return strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_" + name)), "OTEL_EXPORTER_OTLP_" + name
 	}
-	bad := func(k string, err error) error { return &OptionError{Option: k, Err: err} }
-	e := &otlpExporter{header: http.Header{}, timeout: otlpDefaultTimeout, log: log}
+	bad := func(k string, err error) error { return &EnvError{Var: k, Err: err} }
+	e := &Exporter{header: http.Header{}, timeout: otlpDefaultTimeout, log: log}
 
 	// The signal's own endpoint is used as it is; the general one gets the
 	// traces path.
@@ -152,7 +169,7 @@ func parseOTLPHeaders(s string, h http.Header) error {
 }
 
 // otlpTLS returns the TLS configuration the certificate variables ask for
-// (nil: Go's defaults, the system's roots).
+// (nil: Go's defaults, the system's roots), built by tlsfiles.
 func otlpTLS(env func(string) (string, string)) (*tls.Config, error) {
 	ca, caVar := env("CERTIFICATE")
 	cert, certVar := env("CLIENT_CERTIFICATE")
@@ -160,34 +177,41 @@ func otlpTLS(env func(string) (string, string)) (*tls.Config, error) {
 	if ca == "" && cert == "" && key == "" {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, &OptionError{Option: caVar, Err: err}
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, &OptionError{Option: caVar, Err: fmt.Errorf("%s holds no PEM certificate", ca)}
-		}
+	pair := (cert == "") == (key == "")
+	f := tlsfiles.Files{CAFile: ca}
+	if pair {
+		f.CertFile, f.KeyFile = cert, key
 	}
-	if (cert == "") != (key == "") {
-		return nil, &OptionError{Option: certVar + ", " + keyVar, Err: errors.New("set both or neither")}
-	}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, &OptionError{Option: certVar + ", " + keyVar, Err: err}
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	cfg, err := tlsfiles.Client(f)
+	var fe *tlsfiles.Error
+	switch {
+	case errors.As(err, &fe) && fe.CA:
+		return nil, &EnvError{Var: caVar, Err: err}
+	case err != nil:
+		return nil, &EnvError{Var: certVar + ", " + keyVar, Err: err}
+	case !pair:
+		return nil, &EnvError{Var: certVar + ", " + keyVar, Err: errors.New("set both or neither")}
 	}
 	return cfg, nil
+}
+
+// Endpoint is the URL spans go to, without credentials: for messages.
+func (e *Exporter) Endpoint() string { return e.endpoint }
+
+// redactURL drops the credentials from an endpoint URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = nil
+	return u.String()
 }
 
 // ExportSpans sends spans, retrying within the timeout; it logs what it
 // could not send and returns nil (the batch processor would hand an error
 // to OpenTelemetry's global handler).
-func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -209,12 +233,12 @@ func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 }
 
 // Shutdown closes idle connections; the batch processor sends nothing after.
-func (e *otlpExporter) Shutdown(context.Context) error {
+func (e *Exporter) Shutdown(context.Context) error {
 	e.client.CloseIdleConnections()
 	return nil
 }
 
-func (e *otlpExporter) warn(spans int64, err error) {
+func (e *Exporter) warn(spans int64, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropped += spans
@@ -237,7 +261,7 @@ func (e *rejectedError) Error() string {
 
 // send posts body until it is accepted, the timeout passes or an answer
 // that must not be retried comes.
-func (e *otlpExporter) send(ctx context.Context, body []byte) (*rejectedError, error) {
+func (e *Exporter) send(ctx context.Context, body []byte) (*rejectedError, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	encoding := ""
@@ -277,7 +301,7 @@ func (e *otlpExporter) send(ctx context.Context, body []byte) (*rejectedError, e
 
 // post makes one attempt. retryAfter < 0: do not retry err; 0: retry after
 // the backoff; > 0: retry after that (the receiver's Retry-After).
-func (e *otlpExporter) post(ctx context.Context, body []byte, encoding string) (rejected *rejectedError, retryAfter time.Duration, err error) {
+func (e *Exporter) post(ctx context.Context, body []byte, encoding string) (rejected *rejectedError, retryAfter time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, -1, err

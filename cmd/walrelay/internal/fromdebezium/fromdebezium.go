@@ -1,4 +1,10 @@
-package config
+// Package fromdebezium translates a Debezium Postgres connector's
+// configuration with the outbox EventRouter into walrelay's (`walrelay
+// config from-debezium`). fromdebezium.go is its entry point:
+// ParseConnectorConfig reads the connector's file, Translate maps it,
+// Translation.YAML prints it and Translation.Check loads it as walrelay run
+// would.
+package fromdebezium
 
 import (
 	"bufio"
@@ -17,6 +23,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -25,28 +32,6 @@ import (
 // mapping table as code, one per Debezium key (a test holds the two
 // together). Every key of the input ends up in the output: as the source of
 // a walrelay key, or in the notes with the reason it maps to nothing.
-
-// FromDebeziumConfig is what `walrelay config from-debezium` needs: the file
-// of a connector's configuration (its one argument).
-type FromDebeziumConfig struct {
-	Logging
-	File string
-}
-
-// DefaultFromDebeziumConfig returns its configuration when nothing is set.
-func DefaultFromDebeziumConfig() FromDebeziumConfig {
-	return FromDebeziumConfig{Logging: defaultLogging()}
-}
-
-func (c *FromDebeziumConfig) settings() []setting { return c.loggingSettings() }
-
-// arg takes the file, the command's one argument.
-func (c *FromDebeziumConfig) arg() (string, func(string)) {
-	return "<connector file>", func(s string) { c.File = s }
-}
-
-// Validate reports the first value from-debezium refuses.
-func (c FromDebeziumConfig) Validate() error { return c.Logging.validate() }
 
 // eventRouterClass is Debezium's outbox router.
 const eventRouterClass = "io.debezium.transforms.outbox.EventRouter"
@@ -216,10 +201,10 @@ type debeziumRule struct {
 	apply func(x *translator, v string)
 }
 
-// DebeziumKeys returns the Debezium keys the translation has a rule for:
+// Keys returns the Debezium keys the translation has a rule for:
 // the connector's and, prefixed with "transforms.<name>.", the outbox
 // router's.
-func DebeziumKeys() (connector, router []string) {
+func Keys() (connector, router []string) {
 	for _, r := range debeziumRules() {
 		if r.router {
 			router = append(router, r.key)
@@ -444,7 +429,7 @@ type translator struct {
 }
 
 func (x *translator) set(key string, value any, comment string, sources ...string) {
-	k := YAMLKey(key)
+	k := config.YAMLKey(key)
 	for i := range x.out.Entries {
 		if x.out.Entries[i].Key == k {
 			x.out.Entries[i].Value = value
@@ -474,10 +459,10 @@ func secretKey(key string) bool {
 	return false
 }
 
-// TranslateDebezium turns a Debezium Postgres connector's configuration
+// Translate turns a Debezium Postgres connector's configuration
 // with the outbox router into walrelay settings. It refuses a connector of
 // another class and one without the outbox router.
-func TranslateDebezium(name string, cfg map[string]string) (Translation, error) {
+func Translate(name string, cfg map[string]string) (Translation, error) {
 	if c := cfg["connector.class"]; c != "io.debezium.connector.postgresql.PostgresConnector" {
 		return Translation{}, fmt.Errorf("connector.class is %q, not io.debezium.connector.postgresql.PostgresConnector", c)
 	}
@@ -881,6 +866,6 @@ func (t Translation) Check(yml string, dir string) error {
 	if !slices.ContainsFunc(t.Entries, func(e Entry) bool { return e.Key == "postgres_dsn" }) {
 		args = append(args, "--postgres-dsn", "postgres://localhost/postgres")
 	}
-	cfg := Defaults()
-	return Load(Command{Name: "run"}, &cfg, args, func(string) string { return "" }, io.Discard)
+	cfg := config.Defaults()
+	return config.Load(config.Command{Name: "run"}, &cfg, args, func(string) string { return "" }, io.Discard)
 }

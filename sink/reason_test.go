@@ -1,4 +1,4 @@
-package relay
+package sink
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/walrelay/walrelay/decoder"
-	"github.com/walrelay/walrelay/sink"
 )
 
 // Each decoder poison and each sink refusal that dead-letters an event maps
@@ -34,18 +33,18 @@ func TestDeadLetterReasonOf(t *testing.T) {
 		err  error
 		want DeadLetterReason
 	}{
-		{sink.ErrTooLarge, ReasonTooLarge},
-		{sink.ErrInvalidTopic, ReasonInvalidTopic},
-		{sink.ErrTopicRefused, ReasonTopicRefused},
-		{sink.ErrNoSuchPartition, ReasonBadPartition},
-		{sink.ErrSchemaMismatch, ReasonSchemaMismatch},
+		{ErrTooLarge, ReasonTooLarge},
+		{ErrInvalidTopic, ReasonInvalidTopic},
+		{ErrTopicRefused, ReasonTopicRefused},
+		{ErrNoSuchPartition, ReasonBadPartition},
+		{ErrSchemaMismatch, ReasonSchemaMismatch},
 	} {
-		err := &sink.ProduceError{Topic: "t", Err: tc.err}
+		err := &ProduceError{Topic: "t", Err: tc.err}
 		if got, ok := RefusalReason(err); !ok || got != tc.want {
 			t.Errorf("RefusalReason(%v) = %q, %v; want %q", err, got, ok, tc.want)
 		}
 	}
-	if _, ok := RefusalReason(&sink.ProduceError{Topic: "t", Err: sink.ErrTopicNotAuthorized}); ok {
+	if _, ok := RefusalReason(&ProduceError{Topic: "t", Err: ErrTopicNotAuthorized}); ok {
 		t.Error("an unauthorized topic dead-letters its events; it must stop walrelay")
 	}
 }
