@@ -28,6 +28,9 @@ const CutoverNudgePrefix = "walrelay.cutover"
 // CutoverOptions are what Cutover and DropFromSlot need.
 type CutoverOptions struct {
 	DSN string
+	// PasswordSource supplies the password of every connection to DSN (nil:
+	// the DSN's); see replication.PasswordSource.
+	PasswordSource replication.PasswordSource
 	// Slot, Publication and Tables are walrelay's, as walrelay run gets
 	// them; CreatePublication creates the publication when missing.
 	Slot              string
@@ -57,7 +60,7 @@ type CutoverOptions struct {
 // replication is the replication configuration of walrelay's slot.
 func (o CutoverOptions) replication() replication.Config {
 	return replication.Config{DSN: o.DSN, Slot: o.Slot, Publication: o.Publication, Tables: o.Tables,
-		NoCreatePublication: !o.CreatePublication}
+		NoCreatePublication: !o.CreatePublication, PasswordSource: o.PasswordSource}
 }
 
 // cutoverSlot is what cutover reads of a replication slot.
@@ -274,7 +277,7 @@ func stallHint(from string, s cutoverSlot, nudged bool) string {
 // walrelay's publication and slot (and writes the nudge message).
 func Cutover(ctx context.Context, cfg CutoverOptions, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := replication.Connect(cctx, cfg.DSN)
+	conn, err := replication.Connect(cctx, cfg.DSN, cfg.PasswordSource)
 	cancel()
 	if err != nil {
 		return err
@@ -368,7 +371,7 @@ func Cutover(ctx context.Context, cfg CutoverOptions, out io.Writer) error {
 func DropFromSlot(ctx context.Context, cfg CutoverOptions, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, cfg.DSN)
+	conn, err := replication.Connect(cctx, cfg.DSN, cfg.PasswordSource)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,9 @@ import (
 // MigrateOptions are what Migrate needs.
 type MigrateOptions struct {
 	DSN string
+	// PasswordSource supplies the password of the connection to DSN (nil:
+	// the DSN's).
+	PasswordSource replication.PasswordSource
 	// Table is the outbox table, schema.name.
 	Table string
 	// Partitioned creates the outbox partitioned by day
@@ -52,7 +55,7 @@ func Migrate(ctx context.Context, opts MigrateOptions, log *slog.Logger) error {
 	if err != nil {
 		return &OptionError{Option: "DSN", Err: err}
 	}
-	conn, err := pgconn.ConnectConfig(cctx, pc)
+	conn, err := replication.ConnectConfig(cctx, pc, opts.PasswordSource)
 	if err != nil {
 		return replication.ExplainConnect(err, pc, false)
 	}

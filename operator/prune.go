@@ -49,6 +49,9 @@ const MinPruneAge = time.Hour
 // PruneOptions are what Prune needs.
 type PruneOptions struct {
 	DSN string
+	// PasswordSource supplies the password of every connection to DSN (nil:
+	// the DSN's); see replication.PasswordSource.
+	PasswordSource replication.PasswordSource
 	// Table is the outbox table, schema.name.
 	Table string
 	// OlderThan is the age beyond which rows go; at least MinPruneAge.
@@ -106,7 +109,7 @@ func Prune(ctx context.Context, opts PruneOptions, log *slog.Logger) (PruneResul
 	tn, _ := replication.ParseTable(opts.Table)
 	res.Table = tn.String()
 
-	conn, err := connectPlain(ctx, opts.DSN, "walrelay prune")
+	conn, err := connectPlain(ctx, opts.DSN, "walrelay prune", opts.PasswordSource)
 	if err != nil {
 		return res, err
 	}

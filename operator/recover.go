@@ -61,9 +61,11 @@ type DeliveredOptions struct {
 	// at-least-once mode.
 	CheckpointTopic string
 	// DSN and Slot (default walrelay) key the slot's checkpoint with the
-	// server's system identifier.
-	DSN, Slot string
-	Logger    *slog.Logger // nil: slog.Default()
+	// server's system identifier; PasswordSource supplies the password of
+	// the connection to DSN (nil: the DSN's).
+	DSN, Slot      string
+	PasswordSource replication.PasswordSource
+	Logger         *slog.Logger // nil: slog.Default()
 }
 
 // readbackWindow is how many offsets at the end of a partition are read
@@ -235,7 +237,7 @@ func recordHeader(r *kgo.Record, key string) string {
 // slotCheckpoint reads the exactly-once checkpoint of opts' slot, keyed by
 // the server's system identifier.
 func slotCheckpoint(ctx context.Context, snk *sink.Sink, opts DeliveredOptions) (sink.Checkpoint, bool, error) {
-	conn, err := connectPlain(ctx, opts.DSN, "walrelay recovery")
+	conn, err := connectPlain(ctx, opts.DSN, "walrelay recovery", opts.PasswordSource)
 	if err != nil {
 		return sink.Checkpoint{}, false, err
 	}
@@ -323,7 +325,7 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	if margin < 0 {
 		return rec, &OptionError{Option: "Margin", Err: errors.New("must not be negative")}
 	}
-	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 	if err != nil {
 		return rec, err
 	}
@@ -339,7 +341,7 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 		return rec, &SlotInUseError{Slot: rec.Slot}
 	}
 	d := opts.Delivered
-	d.DSN, d.Slot = opts.Replication.DSN, slot
+	d.DSN, d.Slot, d.PasswordSource = opts.Replication.DSN, slot, opts.Replication.PasswordSource
 	if rec.Delivered, err = LastDelivered(ctx, d); err != nil {
 		return rec, err
 	}
@@ -357,7 +359,7 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 // falls between them.
 func (rec *Recovery) CreateSlot(ctx context.Context, opts RecoveryOptions) error {
 	if rec.Slot.Exists {
-		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery")
+		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 		if err != nil {
 			return err
 		}

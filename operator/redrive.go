@@ -19,6 +19,7 @@ import (
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/internal/retry"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -48,10 +49,12 @@ const DefaultRedriveGroup = "walrelay-dlq-redrive"
 type RedriveOptions struct {
 	// DSN is the outbox's Postgres (a dead letter whose row is still there
 	// is made again from the row); Decoder maps its tables, and Sink routes
-	// and encodes the records as the relay does.
-	DSN     string
-	Decoder decoder.Config
-	Sink    sink.Config
+	// and encodes the records as the relay does. PasswordSource supplies
+	// the password of every connection to DSN (nil: the DSN's).
+	DSN            string
+	PasswordSource replication.PasswordSource
+	Decoder        decoder.Config
+	Sink           sink.Config
 	// KafkaTimeout bounds waiting for Kafka at start and for the group
 	// coordinator; it must be positive.
 	KafkaTimeout time.Duration
@@ -528,7 +531,7 @@ func (r *redriver) table(ctx context.Context, name string) (*outboxTable, error)
 			continue
 		}
 		if r.conn == nil {
-			conn, err := connectPlain(ctx, r.opts.DSN, "walrelay dlq redrive")
+			conn, err := connectPlain(ctx, r.opts.DSN, "walrelay dlq redrive", r.opts.PasswordSource)
 			if err != nil {
 				return nil, err
 			}

@@ -57,10 +57,12 @@ type ReplaySelection struct {
 // relay's, so that its records are the ones the relay made.
 type ReplayOptions struct {
 	// DSN is the outbox's Postgres; Decoder maps its tables, and Sink
-	// routes and encodes their records as the relay does.
-	DSN     string
-	Decoder decoder.Config
-	Sink    sink.Config
+	// routes and encodes their records as the relay does. PasswordSource
+	// supplies the password of every connection to DSN (nil: the DSN's).
+	DSN            string
+	PasswordSource replication.PasswordSource
+	Decoder        decoder.Config
+	Sink           sink.Config
 	// ExactlyOnce, when set, produces in Kafka transactions (for
 	// read_committed consumers), of a transactional id of the replay's own.
 	ExactlyOnce *ExactlyOnce
@@ -305,7 +307,7 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 }
 
 func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
-	conn, err := connectPlain(ctx, r.ro.DSN, "walrelay replay")
+	conn, err := connectPlain(ctx, r.ro.DSN, "walrelay replay", r.ro.PasswordSource)
 	if err != nil {
 		return r.res, err
 	}
@@ -680,8 +682,9 @@ func (r *replayer) progress() ReplayProgress {
 	return p
 }
 
-// connectPlain opens an ordinary connection to dsn.
-func connectPlain(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
+// connectPlain opens an ordinary connection to dsn with src's password
+// (nil: the DSN's).
+func connectPlain(ctx context.Context, dsn, app string, src replication.PasswordSource) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, &OptionError{Option: "DSN", Err: err}
@@ -691,7 +694,7 @@ func connectPlain(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := replication.ConnectPgx(cctx, cfg, src)
 	if err != nil {
 		return nil, replication.ExplainConnect(err, &cfg.Config, false)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/replication"
 )
 
 // periodic is a task run on one ordinary Postgres connection at a fixed
@@ -14,6 +16,7 @@ import (
 // caller logs once), and recovered is called when a streak ends.
 type periodic struct {
 	dsn      string
+	password replication.PasswordSource // nil: the DSN's
 	interval time.Duration
 	timeout  time.Duration // bound of one run, connecting included
 	atOnce   bool          // run once before the first tick
@@ -49,7 +52,7 @@ func (p periodic) loop(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, p.timeout)
 			defer cancel()
 			if conn == nil || conn.IsClosed() {
-				c, err := pgconn.Connect(cctx, p.dsn)
+				c, err := replication.Connect(cctx, p.dsn, p.password)
 				if err != nil {
 					return err
 				}

@@ -145,7 +145,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	if opts.HeartbeatInterval > 0 && hbDSN != "" {
-		go heartbeat(hbCtx, hbDSN, opts.HeartbeatInterval, m, log)
+		go heartbeat(hbCtx, hbDSN, opts.Replication.PasswordSource, opts.HeartbeatInterval, m, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are

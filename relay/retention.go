@@ -89,7 +89,7 @@ func startSpanPoll(ctx context.Context, opts Options, reg *prometheus.Registry) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		periodic{dsn: opts.Replication.DSN, interval: so.Interval, timeout: max(so.Interval, time.Minute), atOnce: true,
+		periodic{dsn: opts.Replication.DSN, password: opts.Replication.PasswordSource, interval: so.Interval, timeout: max(so.Interval, time.Minute), atOnce: true,
 			run: func(ctx context.Context, conn *pgconn.PgConn) error {
 				var errs []error
 				for _, t := range opts.Decoder.Tables {

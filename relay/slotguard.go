@@ -33,7 +33,7 @@ func checkSlotHistory(ctx context.Context, opts Options, snk *sink.Sink) error {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := replication.Connect(cctx, opts.Replication.DSN)
+	conn, err := replication.Connect(cctx, opts.Replication.DSN, opts.Replication.PasswordSource)
 	cancel()
 	if err != nil {
 		return nil // replication.Open reports an unreachable server with its fix

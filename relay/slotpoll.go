@@ -54,8 +54,8 @@ func (m *metrics) observeSlot(st slotState) {
 // done and sets the walrelay_slot_* gauges. Failures are counted and logged
 // once per failure streak; they never stop the relay. A missing slot is a
 // reading (walrelay_slot_exists 0), not a failure.
-func pollSlot(ctx context.Context, dsn, slot string, interval time.Duration, m *metrics, log *slog.Logger) {
-	periodic{dsn: dsn, interval: interval, timeout: max(interval, 5*time.Second), atOnce: true,
+func pollSlot(ctx context.Context, dsn, slot string, src replication.PasswordSource, interval time.Duration, m *metrics, log *slog.Logger) {
+	periodic{dsn: dsn, password: src, interval: interval, timeout: max(interval, 5*time.Second), atOnce: true,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
 			// On an ordinary connection: it works while the replication stream
 			// is stuck, and on a standby instance that does not hold the slot.
@@ -91,7 +91,7 @@ func startSlotPoll(ctx context.Context, opts Options, m *metrics) (stop func()) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pollSlot(pctx, opts.Replication.DSN, opts.Replication.Slot, opts.SlotMetricsInterval, m, opts.Logger)
+		pollSlot(pctx, opts.Replication.DSN, opts.Replication.Slot, opts.Replication.PasswordSource, opts.SlotMetricsInterval, m, opts.Logger)
 	}()
 	return func() {
 		cancel()

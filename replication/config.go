@@ -68,6 +68,10 @@ type Config struct {
 	// do: while it waits, walrelay asks the primary for one
 	// (pg_log_standby_snapshot) every second. "" asks nothing.
 	PrimaryDSN string
+	// PasswordSource supplies the password of every connection to DSN and
+	// PrimaryDSN, asked again for each one (a short-lived token). Nil uses
+	// the DSN's password.
+	PasswordSource PasswordSource
 }
 
 func (c *Config) setDefaults() {

@@ -18,7 +18,8 @@ type Conn struct {
 	cfg     Config
 	tables  []TableName
 	conn    *pgconn.PgConn
-	version int // server_version_num
+	version int         // server_version_num
+	facts   serverFacts // the role's privileges and the platform, read by checkServer
 
 	// Start is the slot's confirmed_flush_lsn when the connection opened:
 	// streaming resumes from there.
@@ -70,8 +71,12 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if pc.RuntimeParams["application_name"] == "" {
 		pc.RuntimeParams["application_name"] = "walrelay"
 	}
-	conn, err := pgconn.ConnectConfig(ctx, pc)
+	conn, err := ConnectConfig(ctx, pc, cfg.PasswordSource)
 	if err != nil {
+		if note := DSNPooler(pc); note != "" {
+			// The pooler's own refusal says nothing about the cause.
+			return nil, &PrereqError{Check: "connect", Problem: err.Error(), Fix: note, Settings: []string{"postgres-dsn"}, Err: err}
+		}
 		return nil, ExplainConnect(err, pc, true)
 	}
 	c.conn = conn
@@ -125,7 +130,7 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
 		fix = fmt.Sprintf("add a pg_hba.conf line that lets user %q connect to database %q from this host (a logical replication connection matches the database's name, not the keyword replication), e.g. host %s %s <address>/32 scram-sha-256, then run SELECT pg_reload_conf();", cfg.User, db, db, cfg.User)
 	case pgErr.Code == pgerrcode.InsufficientPrivilege && replication:
-		fix = fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser (logical replication needs it)", user)
+		fix = fmt.Sprintf("logical replication needs it: on self-managed Postgres, Cloud SQL, AlloyDB, Azure, Neon and Supabase run ALTER ROLE %s WITH REPLICATION; as an administrator; on Amazon RDS and Aurora run GRANT rds_replication TO %s; as the master user, with rds.logical_replication = 1 in the (cluster) parameter group", user, user)
 	case pgErr.Code == pgerrcode.InvalidCatalogName:
 		fix = fmt.Sprintf("check the database name in the Postgres DSN; database %q does not exist", db)
 		settings = []string{"postgres-dsn"}
@@ -135,14 +140,14 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	return &PrereqError{Check: "connect", Problem: err.Error(), Fix: fix, Settings: settings, Err: err}
 }
 
-// Connect opens an ordinary (not replication) connection to dsn, with
-// failures explained as ExplainConnect does.
-func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+// Connect opens an ordinary (not replication) connection to dsn with src's
+// password (nil: the DSN's), with failures explained as ExplainConnect does.
+func Connect(ctx context.Context, dsn string, src PasswordSource) (*pgconn.PgConn, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
 	}
-	conn, err := pgconn.ConnectConfig(ctx, pc)
+	conn, err := ConnectConfig(ctx, pc, src)
 	if err != nil {
 		return nil, ExplainConnect(err, pc, false)
 	}

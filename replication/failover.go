@@ -44,8 +44,9 @@ func (c *Conn) primaryFailoverWarnings(ctx context.Context) ([]string, error) {
 // standby for what a failover of slot needs: sync_replication_slots and
 // hot_standby_feedback on, a dbname in primary_conninfo, and the slot's
 // synchronized copy (synced, not temporary). A DSN with one host yields a
-// finding that no standby could be checked.
-func CheckStandbys(ctx context.Context, dsn, slot string) ([]FailoverCheck, error) {
+// finding that no standby could be checked. src supplies the passwords
+// (nil: the DSN's).
+func CheckStandbys(ctx context.Context, dsn, slot string, src PasswordSource) ([]FailoverCheck, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
@@ -58,7 +59,7 @@ func CheckStandbys(ctx context.Context, dsn, slot string) ([]FailoverCheck, erro
 		one.Host, one.Port, one.TLSConfig, one.Fallbacks = h.Host, h.Port, h.TLSConfig, nil
 		one.ValidateConnect = nil // any role: the point is to find the standbys
 		server := fmt.Sprintf("%s:%d", h.Host, h.Port)
-		conn, err := pgconn.ConnectConfig(ctx, one)
+		conn, err := ConnectConfig(ctx, one, src)
 		if err != nil {
 			out = append(out, FailoverCheck{Server: server, Note: "cannot connect: " + err.Error()})
 			continue

@@ -63,19 +63,22 @@ func (c *Conn) setup(ctx context.Context) error {
 }
 
 func (c *Conn) checkServer(ctx context.Context) error {
-	rows, err := c.query(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, "+
-		"(SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user), current_user, pg_is_in_recovery()")
+	rows, err := c.query(ctx, "SELECT current_setting('server_version_num')::int, pg_is_in_recovery()")
 	if err != nil {
 		return fmt.Errorf("check server settings: %w", err)
 	}
-	if len(rows) != 1 || len(rows[0]) != 5 {
+	if len(rows) != 1 || len(rows[0]) != 2 {
 		return errors.New("check server settings: unexpected result")
 	}
-	walLevel, version, canReplicate, user := string(rows[0][0]), string(rows[0][1]), string(rows[0][2]), string(rows[0][3])
-	c.Standby = string(rows[0][4]) == "t"
-	if walLevel != "logical" {
-		return &PrereqError{Check: "wal_level", Problem: fmt.Sprintf("wal_level is %q, logical decoding needs \"logical\"", walLevel),
-			Fix: "run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) and restart Postgres"}
+	version := string(rows[0][0])
+	c.Standby = string(rows[0][1]) == "t"
+	facts, err := readFacts(ctx, c.querier())
+	if err != nil {
+		return err
+	}
+	c.facts = facts
+	if err := facts.checkWALLevel(); err != nil {
+		return err
 	}
 	if v := version; len(v) < 6 || v < "140000" {
 		return &PrereqError{Check: "server_version", Problem: "Postgres " + v + " is too old",
@@ -86,11 +89,7 @@ func (c *Conn) checkServer(ctx context.Context) error {
 		return &PrereqError{Check: "server_version", Problem: fmt.Sprintf("the server is a standby on Postgres %s: logical decoding on a standby needs 16 or newer", version),
 			Fix: "connect walrelay to the primary, or upgrade to Postgres 16+", Settings: []string{"postgres-dsn"}}
 	}
-	if canReplicate != "t" {
-		return &PrereqError{Check: "privilege", Problem: fmt.Sprintf("role %q has no REPLICATION privilege", user),
-			Fix: fmt.Sprintf("run ALTER ROLE %s WITH REPLICATION; as a superuser", pgx.Identifier{user}.Sanitize())}
-	}
-	return nil
+	return facts.checkPrivilege()
 }
 
 // checkTable reports a missing table, else returns its OID.
@@ -117,15 +116,19 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 
 // Finding is the outcome of one prerequisite check.
 type Finding struct {
-	Check string // server, table, publication, slot
+	Check string // server, platform, table, publication, slot
 	OK    bool
-	Note  string // what was found, or the problem and its fix
+	// Warn marks a finding that is not a failure but a trap to know about
+	// (OK is false).
+	Warn bool
+	Note string // what was found, or the problem and its fix
 }
 
 // Diagnose runs every prerequisite check without changing anything and
 // returns one finding per check. A missing publication or slot is fine when
 // walrelay would create it. The error is only for failing to connect.
 func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
+	// A DSN that points at a pooler fails here, and the error names it.
 	c, err := connect(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -142,6 +145,9 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		out = append(out, Finding{Check: check, OK: true, Note: okNote})
 	}
 	add("server", c.checkServer(ctx), "wal_level=logical, role may replicate")
+	if note, warn := c.facts.platformNote(c.version); note != "" {
+		out = append(out, Finding{Check: "platform", OK: !warn, Warn: warn, Note: note})
+	}
 	for _, t := range c.tables {
 		_, err := c.checkTable(ctx, t)
 		add("table", err, t.String()+" exists")
@@ -183,7 +189,7 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		for _, w := range warnings {
 			out = append(out, Finding{Check: "slot-failover", Note: w})
 		}
-		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot)
+		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot, cfg.PasswordSource)
 		if err != nil {
 			return out, err
 		}

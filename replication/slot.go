@@ -234,7 +234,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 		}
 		var res pglogrepl.CreateReplicationSlotResult
 		if c.Standby && c.cfg.PrimaryDSN != "" {
-			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN)
+			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN, c.cfg.PasswordSource)
 			defer stop()
 		}
 		if c.cfg.SlotFailover {
@@ -279,14 +279,14 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 // every second until stop is called: a slot created on a standby waits for
 // one. Best effort: a failure (no privilege to run pg_log_standby_snapshot,
 // the primary unreachable) only means the wait is the primary's own.
-func nudgeStandbySnapshot(ctx context.Context, dsn string) (stop func()) {
+func nudgeStandbySnapshot(ctx context.Context, dsn string, src PasswordSource) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-			if conn, err := Connect(cctx, dsn); err == nil {
+			if conn, err := Connect(cctx, dsn, src); err == nil {
 				_, _ = NewQuerier(conn).queryRows(cctx, "SELECT pg_log_standby_snapshot()")
 				_ = conn.Close(context.Background())
 			}

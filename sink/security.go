@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/walrelay/walrelay/cloudauth"
 	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
@@ -66,14 +68,23 @@ type SASLConfig struct {
 	// Username and Password are the credentials of PLAIN and SCRAM.
 	Username string
 	Password string
+	// PasswordFile, when set, holds the PLAIN or SCRAM password instead of
+	// Password and is read again on every authentication (each new
+	// connection and each re-authentication the broker asks for through
+	// connections.max.reauth.ms), so that a rotated password is picked up
+	// without a restart.
+	PasswordFile string
 	// OAuthTokenFile holds the OAUTHBEARER token. It is read again on every
 	// authentication (each new connection and each re-authentication the
 	// broker asks for), so a sidecar can replace the token while walrelay
 	// runs.
 	OAuthTokenFile string
-	// AWS_MSK_IAM reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the
-	// optional AWS_SESSION_TOKEN from the environment on every
-	// authentication.
+	// AWSCredentials signs AWS_MSK_IAM authentications; it is asked on
+	// every authentication and should cache (aws.CredentialsCache). Nil
+	// takes the AWS default credential chain (cloudauth.AWSCredentials:
+	// environment, shared config, web identity/IRSA, EKS Pod Identity, ECS,
+	// EC2 instance metadata), refreshed before the credentials expire.
+	AWSCredentials awssdk.CredentialsProvider
 }
 
 // String shows the settings with the password masked, so that a
@@ -83,7 +94,7 @@ func (c SASLConfig) String() string {
 	if c.Password != "" {
 		pass = "xxxxx"
 	}
-	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s OAuthTokenFile:%s}", c.Mechanism, c.Username, pass, c.OAuthTokenFile)
+	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s PasswordFile:%s OAuthTokenFile:%s}", c.Mechanism, c.Username, pass, c.PasswordFile, c.OAuthTokenFile)
 }
 
 // LogValue masks the password in log attributes.
@@ -170,7 +181,7 @@ func (c Config) validateSecurity() error {
 		if s.Username == "" {
 			return settingErr("sasl-username", "%s needs a username: set the SASL username", mech)
 		}
-		if s.Password == "" {
+		if s.Password == "" && s.PasswordFile == "" {
 			return settingErr("sasl-password", "%s needs a password: set the SASL password", mech)
 		}
 	case MechanismOAuthBearer:
@@ -193,9 +204,8 @@ func (c Config) validateSecurity() error {
 }
 
 // securityOpts returns the franz-go options for c's TLS and SASL settings,
-// reading the CA and client certificate files now. getenv supplies the AWS
-// credentials.
-func securityOpts(c Config, getenv func(string) string, log *slog.Logger) ([]kgo.Opt, error) {
+// reading the CA and client certificate files now.
+func securityOpts(c Config, log *slog.Logger) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	tc, err := buildTLS(c.TLS)
 	if err != nil {
@@ -209,7 +219,7 @@ func securityOpts(c Config, getenv func(string) string, log *slog.Logger) ([]kgo
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
-	mech, err := buildSASL(c.SASL, getenv)
+	mech, err := buildSASL(c.SASL)
 	if err != nil {
 		return nil, err
 	}
@@ -239,17 +249,43 @@ func buildTLS(c TLSConfig) (*tls.Config, error) {
 	return tc, err
 }
 
-// buildSASL returns the SASL mechanism, nil when SASL is off.
-func buildSASL(c SASLConfig, getenv func(string) string) (sasl.Mechanism, error) {
+// buildSASL returns the SASL mechanism, nil when SASL is off. Every
+// mechanism asks for its credentials on each authentication: a password
+// file, a token file and AWS credentials are read again then.
+func buildSASL(c SASLConfig) (sasl.Mechanism, error) {
+	password := func() (string, error) {
+		if c.PasswordFile == "" {
+			return c.Password, nil
+		}
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", settingErr("sasl-password-file", "read password: %w", err)
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return "", settingErr("sasl-password-file", "%s is empty", c.PasswordFile)
+		}
+		return pw, nil
+	}
+	if _, err := password(); err != nil {
+		return nil, err
+	}
+	scramAuth := func(context.Context) (scram.Auth, error) {
+		pw, err := password()
+		return scram.Auth{User: c.Username, Pass: pw}, err
+	}
 	switch c.mechanism() {
 	case "":
 		return nil, nil
 	case MechanismPlain:
-		return plain.Auth{User: c.Username, Pass: c.Password}.AsMechanism(), nil
+		return plain.Plain(func(context.Context) (plain.Auth, error) {
+			pw, err := password()
+			return plain.Auth{User: c.Username, Pass: pw}, err
+		}), nil
 	case MechanismScramSHA256:
-		return scram.Auth{User: c.Username, Pass: c.Password}.AsSha256Mechanism(), nil
+		return scram.Sha256(scramAuth), nil
 	case MechanismScramSHA512:
-		return scram.Auth{User: c.Username, Pass: c.Password}.AsSha512Mechanism(), nil
+		return scram.Sha512(scramAuth), nil
 	case MechanismOAuthBearer:
 		path := c.OAuthTokenFile
 		if _, err := readToken(path); err != nil {
@@ -263,11 +299,16 @@ func buildSASL(c SASLConfig, getenv func(string) string) (sasl.Mechanism, error)
 			return oauth.Auth{Token: tok}, nil
 		}), nil
 	case MechanismAWSMSKIAM:
-		if _, err := awsAuth(getenv); err != nil {
-			return nil, err
+		creds := c.AWSCredentials
+		if creds == nil {
+			cfg, err := cloudauth.AWSCredentials(context.Background(), "")
+			if err != nil {
+				return nil, settingErr("sasl-mechanism", "AWS_MSK_IAM: %w", err)
+			}
+			creds = cfg.Credentials
 		}
-		return aws.ManagedStreamingIAM(func(context.Context) (aws.Auth, error) {
-			return awsAuth(getenv)
+		return aws.ManagedStreamingIAM(func(ctx context.Context) (aws.Auth, error) {
+			return awsAuth(ctx, creds)
 		}), nil
 	}
 	return nil, settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism)
@@ -287,18 +328,27 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
-func awsAuth(getenv func(string) string) (aws.Auth, error) {
-	a := aws.Auth{
-		AccessKey:    getenv("AWS_ACCESS_KEY_ID"),
-		SecretKey:    getenv("AWS_SECRET_ACCESS_KEY"),
-		SessionToken: getenv("AWS_SESSION_TOKEN"),
-		UserAgent:    "walrelay",
+// awsAuth signs one AWS_MSK_IAM authentication with the credentials creds
+// has now (cached, refreshed before they expire).
+func awsAuth(ctx context.Context, creds awssdk.CredentialsProvider) (aws.Auth, error) {
+	if creds == nil {
+		return aws.Auth{}, &AWSCredentialsError{Err: errors.New("no credential provider")}
 	}
-	if a.AccessKey == "" || a.SecretKey == "" {
-		return aws.Auth{}, settingErr("sasl-mechanism", "AWS_MSK_IAM needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+	v, err := creds.Retrieve(ctx)
+	if err != nil {
+		return aws.Auth{}, &AWSCredentialsError{Err: err}
 	}
-	return a, nil
+	return aws.Auth{AccessKey: v.AccessKeyID, SecretKey: v.SecretAccessKey, SessionToken: v.SessionToken, UserAgent: "walrelay"}, nil
 }
+
+// AWSCredentialsError is AWS_MSK_IAM finding no AWS credentials in the
+// default chain (or the configured provider failing).
+type AWSCredentialsError struct{ Err error }
+
+func (e *AWSCredentialsError) Error() string {
+	return "no AWS credentials for AWS_MSK_IAM (the default chain reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared config, web identity (IRSA), EKS Pod Identity, ECS and the EC2 instance role): " + e.Err.Error()
+}
+func (e *AWSCredentialsError) Unwrap() error { return e.Err }
 
 // SecurityError is a connection to Kafka refused for a TLS or SASL reason.
 // Its message says what fixes it, and Settings are the keys of walrelay's
@@ -325,6 +375,7 @@ func (c Config) securityError(err error) error {
 		recordErr tls.RecordHeaderError
 		opErr     *net.OpError
 		se        *SettingError
+		awsErr    *AWSCredentialsError
 	)
 	mech := c.SASL.mechanism()
 	switch {
@@ -334,7 +385,7 @@ func (c Config) securityError(err error) error {
 			return &SecurityError{Msg: "kafka: SASL OAUTHBEARER authentication failed (check the token in the OAuth token file)",
 				Settings: []string{"sasl-oauth-token-file"}, Err: err}
 		case MechanismAWSMSKIAM:
-			return &SecurityError{Msg: "kafka: SASL AWS_MSK_IAM authentication failed (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and the IAM policy of the cluster)", Err: err}
+			return &SecurityError{Msg: "kafka: SASL AWS_MSK_IAM authentication failed (check which AWS identity the default credential chain finds and the IAM policy of the cluster)", Err: err}
 		}
 		return &SecurityError{Msg: fmt.Sprintf("kafka: SASL authentication failed for user %q with %s (check the SASL username and password)", c.SASL.Username, mech),
 			Settings: []string{"sasl-username", "sasl-password"}, Err: err}
@@ -360,6 +411,8 @@ func (c Config) securityError(err error) error {
 			Settings: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}, Err: err}
 	case errors.As(err, &se):
 		return &SecurityError{Msg: "kafka: cannot authenticate", Settings: se.SettingKeys(), Err: err}
+	case errors.As(err, &awsErr):
+		return &SecurityError{Msg: "kafka: cannot authenticate", Settings: []string{"sasl-mechanism"}, Err: err}
 	}
 	return nil
 }

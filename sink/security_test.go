@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -218,7 +220,7 @@ func TestBuildSASLMechanisms(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("t0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	awsEnv := map[string]string{"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"}
+	static := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")
 	for _, c := range []struct {
 		cfg  SASLConfig
 		name string
@@ -227,9 +229,9 @@ func TestBuildSASLMechanisms(t *testing.T) {
 		{SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p"}, "SCRAM-SHA-256"},
 		{SASLConfig{Mechanism: "scram-sha-512", Username: "u", Password: "p"}, "SCRAM-SHA-512"},
 		{SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: tok}, "OAUTHBEARER"},
-		{SASLConfig{Mechanism: "AWS_MSK_IAM"}, "AWS_MSK_IAM"},
+		{SASLConfig{Mechanism: "AWS_MSK_IAM", AWSCredentials: static}, "AWS_MSK_IAM"},
 	} {
-		m, err := buildSASL(c.cfg, func(k string) string { return awsEnv[k] })
+		m, err := buildSASL(c.cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", c.cfg.Mechanism, err)
 		}
@@ -237,14 +239,22 @@ func TestBuildSASLMechanisms(t *testing.T) {
 			t.Errorf("%s: mechanism %s, want %s", c.cfg.Mechanism, m.Name(), c.name)
 		}
 	}
-	if m, err := buildSASL(SASLConfig{}, nil); m != nil || err != nil {
+	if m, err := buildSASL(SASLConfig{}); m != nil || err != nil {
 		t.Errorf("no mechanism: got %v, %v; want nil, nil", m, err)
 	}
-	_, err := buildSASL(SASLConfig{Mechanism: "AWS_MSK_IAM"}, func(string) string { return "" })
-	if err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
-		t.Errorf("AWS_MSK_IAM without credentials: %v, want an error naming AWS_ACCESS_KEY_ID", err)
+	failing := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("no EC2 IMDS role found")
+	})
+	m, err := buildSASL(SASLConfig{Mechanism: "AWS_MSK_IAM", AWSCredentials: failing})
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err = buildSASL(SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: tok + ".missing"}, nil)
+	_, _, err = m.Authenticate(context.Background(), "b-1.demo.abc123.c2.kafka.eu-west-1.amazonaws.com:9098")
+	if se := (Config{SASL: SASLConfig{Mechanism: "AWS_MSK_IAM"}}).securityError(err); se == nil || !strings.Contains(se.Error(), "AWS_ACCESS_KEY_ID") ||
+		!strings.Contains(se.Error(), "IRSA") || !strings.Contains(se.Error(), "no EC2 IMDS role found") {
+		t.Errorf("AWS_MSK_IAM without credentials: %v, want a security error naming the chain and its cause", se)
+	}
+	_, err = buildSASL(SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: tok + ".missing"})
 	if err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing token file: %v, want an error at start", err)
 	}
@@ -260,7 +270,7 @@ func TestOAuthTokenFileReread(t *testing.T) {
 		}
 	}
 	write("first-token\n")
-	m, err := buildSASL(SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: tok}, nil)
+	m, err := buildSASL(SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,31 +292,10 @@ func TestOAuthTokenFileReread(t *testing.T) {
 	}
 }
 
-// TestAWSCredentialsPerAuthentication: AWS_MSK_IAM reads the credentials from
-// the environment on each authentication (rotated session credentials).
-func TestAWSCredentialsPerAuthentication(t *testing.T) {
-	env := map[string]string{"AWS_ACCESS_KEY_ID": "AKIDFIRST", "AWS_SECRET_ACCESS_KEY": "s1", "AWS_SESSION_TOKEN": "tok1"}
-	m, err := buildSASL(SASLConfig{Mechanism: "AWS_MSK_IAM"}, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	const host = "b-1.demo.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"
-	for _, key := range []string{"AKIDFIRST", "AKIDSECOND"} {
-		env["AWS_ACCESS_KEY_ID"] = key
-		_, msg, err := m.Authenticate(context.Background(), host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Contains(msg, []byte(key)) || !bytes.Contains(msg, []byte("eu-west-1")) {
-			t.Fatalf("challenge %s lacks the access key %s or the region", msg, key)
-		}
-	}
-}
-
 func TestInsecureSkipVerifyWarns(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	if _, err := securityOpts(Config{TLS: TLSConfig{InsecureSkipVerify: true}}, os.Getenv, log); err != nil {
+	if _, err := securityOpts(Config{TLS: TLSConfig{InsecureSkipVerify: true}}, log); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -314,10 +303,10 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 		t.Fatalf("want one WARN line naming the setting, got %q", out)
 	}
 	buf.Reset()
-	if _, err := securityOpts(Config{TLS: TLSConfig{Enabled: true}}, os.Getenv, log); err != nil || buf.Len() != 0 {
+	if _, err := securityOpts(Config{TLS: TLSConfig{Enabled: true}}, log); err != nil || buf.Len() != 0 {
 		t.Fatalf("verified TLS: err %v, log %q; want neither", err, buf.String())
 	}
-	if _, err := securityOpts(Config{SASL: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "hunter2"}}, os.Getenv, log); err != nil {
+	if _, err := securityOpts(Config{SASL: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "hunter2"}}, log); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "clear text") || !strings.Contains(out, `"setting":"kafka-tls"`) ||

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,7 +383,7 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		// while running) fails after a while instead of retrying silently.
 		kgo.UnknownTopicRetries(30),
 	}
-	sec, err := securityOpts(cfg, os.Getenv, s.log)
+	sec, err := securityOpts(cfg, s.log)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func settingError(err error) (error, bool) {
 
 // migrateCommand is `walrelay migrate`.
 func migrateCommand(ctx context.Context, cfg config.MigrateConfig, c *call) int {
-	return c.result("migrate failed", operator.Migrate(ctx, operator.MigrateOptions{DSN: cfg.PostgresDSN, Table: cfg.Table, Partitioned: cfg.Partitioned}, c.log))
+	return c.result("migrate failed", operator.Migrate(ctx, operator.MigrateOptions{DSN: cfg.PostgresDSN, PasswordSource: cfg.PasswordSource(), Table: cfg.Table, Partitioned: cfg.Partitioned}, c.log))
 }
 
 // statusCommand is `walrelay status`.
@@ -96,7 +96,7 @@ func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
 func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
 	if err != nil {
 		return err
 	}
@@ -169,9 +169,12 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 		if k, ok := any(f).(interface{ SettingKeys() []string }); ok {
 			note = config.WithSettings(note, k.SettingKeys())
 		}
-		if f.OK {
+		switch {
+		case f.OK:
 			fmt.Fprintf(w, "ok   %-11s %s\n", f.Check, note)
-		} else {
+		case f.Warn:
+			fmt.Fprintf(w, "WARN %-11s %s\n", f.Check, note)
+		default:
 			failed = true
 			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}

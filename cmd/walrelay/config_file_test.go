@@ -34,6 +34,10 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"postgres-dsn-file":  {dsnFile, dsnFile},
 		"sasl-password":      {"", "sasl-file-secret"},
 		"sasl-password-file": {passwordFile, passwordFile},
+		// read for every connection; a region only goes with aws-iam
+		"postgres-auth":          {"password", "password"},
+		"postgres-aws-region":    {"", ""},
+		"postgres-password-file": {passwordFile, passwordFile},
 		// The primary's DSN of a walrelay decoding on a standby, in the file
 		// itself (its file variant is left out: one source per secret).
 		"heartbeat-postgres-dsn":      {"postgres://primary@p/db", "postgres://primary@p/db"},

@@ -9,7 +9,8 @@ import (
 
 // TestNoSecretInHelpOrUsageErrors: with every secret walrelay reads set in the
 // environment and in files (the Postgres DSN and the SASL password, each both
-// ways), no command's help, usage error or configuration error shows one.
+// ways, and the per-connection Postgres password file), no command's help,
+// usage error or configuration error shows one.
 // The environment also sets both the DSN and its file, so each command stops
 // at the configuration check before it connects anywhere.
 func TestNoSecretInHelpOrUsageErrors(t *testing.T) {
@@ -19,8 +20,9 @@ func TestNoSecretInHelpOrUsageErrors(t *testing.T) {
 		"WALRELAY_SASL_PASSWORD": "env-sasl-pw-3",
 	}
 	files := map[string]string{
-		"WALRELAY_POSTGRES_DSN_FILE":  "file-dsn-pw-2",
-		"WALRELAY_SASL_PASSWORD_FILE": "file-sasl-pw-4",
+		"WALRELAY_POSTGRES_DSN_FILE":      "file-dsn-pw-2",
+		"WALRELAY_SASL_PASSWORD_FILE":     "file-sasl-pw-4",
+		"WALRELAY_POSTGRES_PASSWORD_FILE": "file-pg-pw-5",
 	}
 	env := map[string]string{
 		"WALRELAY_POSTGRES_DSN":       "postgres://relay:" + secrets["WALRELAY_POSTGRES_DSN"] + "@127.0.0.1:1/app",
@@ -29,9 +31,12 @@ func TestNoSecretInHelpOrUsageErrors(t *testing.T) {
 		"WALRELAY_SASL_USERNAME":      "relay",
 		"WALRELAY_SASL_PASSWORD":      secrets["WALRELAY_SASL_PASSWORD"],
 		"WALRELAY_SASL_PASSWORD_FILE": writeFile(t, dir, "sasl", files["WALRELAY_SASL_PASSWORD_FILE"]+"\n"),
-		"WALRELAY_KAFKA_BROKERS":      "127.0.0.1:1",
-		"WALRELAY_FROM_SLOT":          "debezium",
-		"WALRELAY_OLDER_THAN":         "72h",
+		// read for every connection, never at start: a rotated token
+		"WALRELAY_POSTGRES_PASSWORD_FILE": writeFile(t, dir, "pgpw", files["WALRELAY_POSTGRES_PASSWORD_FILE"]+"\n"),
+		"WALRELAY_POSTGRES_AWS_REGION":    "eu-west-1",
+		"WALRELAY_KAFKA_BROKERS":          "127.0.0.1:1",
+		"WALRELAY_FROM_SLOT":              "debezium",
+		"WALRELAY_OLDER_THAN":             "72h",
 	}
 	var passwords []string
 	for _, m := range []map[string]string{secrets, files} {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/replication"
 )
@@ -19,7 +18,7 @@ import (
 func checkTableless(ctx context.Context, cfg config.Config) (ok bool, note string) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgconn.Connect(cctx, cfg.PostgresDSN)
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
 	if err != nil {
 		return false, "could not check who may call pg_logical_emit_message: " + config.Explain(err)
 	}

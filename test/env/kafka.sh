@@ -21,7 +21,9 @@
 #   WALRELAY_TEST_KAFKA_SECURE   1: also listen with SASL_SSL on port+2 (SCRAM-SHA-512, PLAIN,
 #                                OAUTHBEARER unsecured JWS) and SSL with client certificates
 #                                required on port+3; a throwaway CA, certificates and users
-#                                are created in ./kafka/secure (remembered for restarts)
+#                                are created in ./kafka/secure (remembered for restarts);
+#                                SCRAM sessions must re-authenticate every 5 s
+#                                (connections.max.reauth.ms, for credential rotation tests)
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -86,6 +88,7 @@ ssl.truststore.location=$SECURE/ca.pem
 listener.name.ssl.ssl.client.auth=required
 listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN,OAUTHBEARER
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.connections.max.reauth.ms=5000
 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$(cat "$SECURE/plain-user")="$(cat "$SECURE/plain-password")";
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="walrelay-broker";
 EOF

@@ -2,10 +2,12 @@ package config
 
 import (
 	"errors"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walrelay/walrelay/cloudauth"
 	"github.com/walrelay/walrelay/replication"
 )
 
@@ -47,10 +49,43 @@ func (l Logging) validate() error {
 }
 
 // Postgres is the connection setting of every command that connects to
-// Postgres: the DSN, or the file holding it.
+// Postgres: the DSN, or the file holding it, and where each connection's
+// password comes from.
 type Postgres struct {
 	PostgresDSN     string
 	PostgresDSNFile string // holds the DSN instead of PostgresDSN
+	// PostgresAuth is password ("" too: the DSN's), aws-iam, gcp-iam or
+	// azure-ad (a token per connection from that cloud's SDK).
+	PostgresAuth      string
+	PostgresAWSRegion string // aws-iam: the database's region ("": from the host name)
+	// PostgresPasswordFile is read for every connection (password auth).
+	PostgresPasswordFile string
+}
+
+// Postgres authentication methods (--postgres-auth).
+const (
+	AuthPassword = "password"
+	AuthAWSIAM   = "aws-iam"
+	AuthGCPIAM   = "gcp-iam"
+	AuthAzureAD  = "azure-ad"
+)
+
+// PasswordSource returns what supplies each Postgres connection's password
+// (see replication.PasswordSource); nil for the DSN's own. Call it once per
+// command: each source keeps its own credential cache.
+func (p Postgres) PasswordSource() replication.PasswordSource {
+	switch p.PostgresAuth {
+	case AuthAWSIAM:
+		return &cloudauth.RDSIAM{Region: p.PostgresAWSRegion}
+	case AuthGCPIAM:
+		return &cloudauth.GCPIAM{}
+	case AuthAzureAD:
+		return &cloudauth.AzureAD{}
+	}
+	if p.PostgresPasswordFile != "" {
+		return replication.PasswordFile(p.PostgresPasswordFile)
+	}
+	return nil
 }
 
 func (p *Postgres) postgresSettings() []setting {
@@ -59,6 +94,12 @@ func (p *Postgres) postgresSettings() []setting {
 			usage: "Postgres connection (libpq URL or key=value DSN); required; keep a password out of the command line (environment or file)"},
 		{name: "postgres-dsn-file", group: GroupPostgres, value: stringVal{&p.PostgresDSNFile}, secretOf: "postgres-dsn",
 			usage: "file holding the Postgres DSN (instead of --postgres-dsn; trailing newlines ignored)"},
+		{name: "postgres-auth", group: GroupPostgres, value: stringVal{&p.PostgresAuth},
+			usage: "how each Postgres connection authenticates: password (the DSN's, PGPASSWORD or .pgpass; the default), aws-iam (an RDS/Aurora IAM token per connection), gcp-iam (a Cloud SQL/AlloyDB IAM token), azure-ad (a Microsoft Entra ID token); tokens come from the cloud's default credentials"},
+		{name: "postgres-aws-region", group: GroupPostgres, value: stringVal{&p.PostgresAWSRegion},
+			usage: "aws-iam: the database's AWS region (default: from an RDS host name, else the AWS configuration)"},
+		{name: "postgres-password-file", group: GroupPostgres, value: stringVal{&p.PostgresPasswordFile},
+			usage: "file holding the Postgres password, read again for every connection so that a sidecar can rotate it (trailing newlines ignored)"},
 	}
 }
 
@@ -68,8 +109,33 @@ func (p Postgres) validate() error {
 	if p.PostgresDSN == "" {
 		return invalid("postgres-dsn", "required, e.g. postgres://walrelay@db:5432/app")
 	}
-	if _, err := pgconn.ParseConfig(p.PostgresDSN); err != nil {
+	pc, err := pgconn.ParseConfig(p.PostgresDSN)
+	if err != nil {
 		return &Error{Key: "postgres-dsn", Err: err}
+	}
+	switch p.PostgresAuth {
+	case "", AuthPassword:
+		if p.PostgresAWSRegion != "" {
+			return invalid("postgres-aws-region", "only used with --postgres-auth %s", AuthAWSIAM)
+		}
+		if p.PostgresPasswordFile != "" {
+			if _, err := os.Stat(p.PostgresPasswordFile); err != nil {
+				return &Error{Key: "postgres-password-file", Err: err}
+			}
+		}
+		return nil
+	case AuthAWSIAM, AuthGCPIAM, AuthAzureAD:
+	default:
+		return invalid("postgres-auth", "must be %s, %s, %s or %s, got %q", AuthPassword, AuthAWSIAM, AuthGCPIAM, AuthAzureAD, p.PostgresAuth)
+	}
+	if p.PostgresPasswordFile != "" {
+		return invalid("postgres-password-file", "only used with --postgres-auth %s (a %s token replaces the password)", AuthPassword, p.PostgresAuth)
+	}
+	if p.PostgresAWSRegion != "" && p.PostgresAuth != AuthAWSIAM {
+		return invalid("postgres-aws-region", "only used with --postgres-auth %s", AuthAWSIAM)
+	}
+	if !replication.TLSReachable(pc) {
+		return invalid("postgres-auth", "a %s token must not travel in clear text, and the Postgres DSN connects without TLS: set sslmode=require (or verify-full)", p.PostgresAuth)
 	}
 	return nil
 }

@@ -230,7 +230,7 @@ func (c *Config) settings() []setting {
 		setting{name: "sasl-mechanism", usage: "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (empty: none)", value: stringVal{&c.KafkaSASL.Mechanism}},
 		setting{name: "sasl-username", usage: "SASL username (PLAIN, SCRAM)", value: stringVal{&c.KafkaSASL.Username}},
 		setting{name: "sasl-password", usage: "SASL password (PLAIN, SCRAM); prefer --sasl-password-file or the environment", value: stringVal{&c.KafkaSASL.Password}},
-		setting{name: "sasl-password-file", usage: "file holding the SASL password (trailing newlines ignored)", value: stringVal{&c.SASLPasswordFile}, secretOf: "sasl-password"},
+		setting{name: "sasl-password-file", usage: "file holding the SASL password, read again on every authentication so that it can be rotated (trailing newlines ignored)", value: stringVal{&c.SASLPasswordFile}, secretOf: "sasl-password"},
 		setting{name: "sasl-oauth-token-file", usage: "file holding the OAUTHBEARER token, read again on every authentication", value: stringVal{&c.KafkaSASL.OAuthTokenFile}},
 	)...)
 	ss = append(ss, g(GroupDelivery,
@@ -508,6 +508,7 @@ func (c Config) Replication() replication.Config {
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
 		SlotFailover:        c.SlotFailover,
+		PasswordSource:      c.PasswordSource(),
 	}
 }
 
@@ -547,7 +548,7 @@ func (c Config) Sink() sink.Config {
 		DLQTopic:               c.DLQTopic,
 		ClientID:               c.KafkaClientID,
 		TLS:                    c.KafkaTLS,
-		SASL:                   c.KafkaSASL,
+		SASL:                   c.saslConfig(),
 		Schema:                 c.Registry.Schema,
 	}
 }
@@ -574,4 +575,15 @@ func firstRole(m map[string]string) string {
 		}
 	}
 	return "id"
+}
+
+// saslConfig is the Kafka SASL settings, with the password file (read at
+// start into the password, to check it) read again on every
+// authentication.
+func (c Config) saslConfig() sink.SASLConfig {
+	s := c.KafkaSASL
+	if c.SASLPasswordFile != "" {
+		s.PasswordFile, s.Password = c.SASLPasswordFile, ""
+	}
+	return s
 }

@@ -2,12 +2,14 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/walrelay/walrelay/cloudauth"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -48,7 +50,8 @@ sasl_username: relay
 	want := sink.Config{
 		ClientID: "relay-eu-1",
 		TLS:      sink.TLSConfig{CAFile: "/etc/ca.pem", CertFile: "/etc/client.pem", KeyFile: "/etc/client.key", ServerName: "kafka.internal"},
-		SASL:     sink.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "relay", Password: "sasl-secret"},
+		// the file, read again on every authentication (checked at start)
+		SASL: sink.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "relay", PasswordFile: pwFile},
 	}
 	if sc.ClientID != want.ClientID || sc.TLS != want.TLS || sc.SASL != want.SASL {
 		t.Errorf("sink config:\n got %+v %+v %q\nwant %+v %+v %q", sc.TLS, sc.SASL, sc.ClientID, want.TLS, want.SASL, want.ClientID)
@@ -86,6 +89,12 @@ func TestLoadRefusesBadSecurity(t *testing.T) {
 		{"dsn twice", base, map[string]string{"WALRELAY_POSTGRES_DSN_FILE": pwFile}, "postgres-dsn-file"},
 		{"missing password file", append(base, "--sasl-password-file", filepath.Join(dir, "nope")), nil, "sasl-password-file"},
 		{"empty dsn file", []string{"--postgres-dsn-file", empty, "--kafka-brokers", "k:9092"}, nil, "postgres-dsn-file"},
+		{"unknown postgres auth", append(base, "--postgres-auth", "kerberos"), nil, "postgres-auth"},
+		{"token without TLS", []string{"--postgres-dsn", "postgres://u@db.example/app?sslmode=disable", "--kafka-brokers", "k:9092",
+			"--postgres-auth", "aws-iam"}, nil, "postgres-auth"},
+		{"password file with a token", append(base, "--postgres-auth", "gcp-iam", "--postgres-password-file", pwFile), nil, "postgres-password-file"},
+		{"region without aws-iam", append(base, "--postgres-aws-region", "eu-west-1"), nil, "postgres-aws-region"},
+		{"missing postgres password file", append(base, "--postgres-password-file", filepath.Join(dir, "nope")), nil, "postgres-password-file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,5 +107,34 @@ func TestLoadRefusesBadSecurity(t *testing.T) {
 				t.Fatalf("error shows the secret: %v", err)
 			}
 		})
+	}
+}
+
+// TestPostgresAuthSources: each Postgres authentication setting gives the
+// password source every connection of the command asks.
+func TestPostgresAuthSources(t *testing.T) {
+	pwFile := writeFile(t, t.TempDir(), "pw", "rotating\n")
+	tls := "postgres://relay@orders.c1a2b3.eu-west-1.rds.amazonaws.com/app?sslmode=require"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--postgres-dsn", tls}, "<nil>"},
+		{[]string{"--postgres-dsn", tls, "--postgres-password-file", pwFile}, "replication.PasswordFile"},
+		{[]string{"--postgres-dsn", tls, "--postgres-auth", "aws-iam", "--postgres-aws-region", "eu-west-1"}, "*cloudauth.RDSIAM"},
+		{[]string{"--postgres-dsn", tls, "--postgres-auth", "gcp-iam"}, "*cloudauth.GCPIAM"},
+		{[]string{"--postgres-dsn", "host=/cloudsql/p:r:i user=relay@p.iam", "--postgres-auth", "gcp-iam"}, "*cloudauth.GCPIAM"},
+		{[]string{"--postgres-dsn", tls, "--postgres-auth", "azure-ad"}, "*cloudauth.AzureAD"},
+	} {
+		cfg, err := loadRun(append(tc.args, "--kafka-brokers", "k:9092"), envMap(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := fmt.Sprintf("%T", cfg.Replication().PasswordSource); got != tc.want {
+			t.Errorf("%v: password source %s, want %s", tc.args, got, tc.want)
+		}
+		if r, ok := cfg.Replication().PasswordSource.(*cloudauth.RDSIAM); ok && r.Region != "eu-west-1" {
+			t.Errorf("aws-iam region %q", r.Region)
+		}
 	}
 }

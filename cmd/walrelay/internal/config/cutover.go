@@ -72,12 +72,12 @@ func (c CutoverConfig) Validate() error {
 // Replication is the replication configuration of walrelay's slot.
 func (c CutoverConfig) Replication() replication.Config {
 	return replication.Config{DSN: c.PostgresDSN, Slot: c.Slot, Publication: c.Publication, Tables: c.Tables,
-		NoCreatePublication: !c.CreatePublication}
+		NoCreatePublication: !c.CreatePublication, PasswordSource: c.Postgres.PasswordSource()}
 }
 
 // Cutover is cutover's options for this configuration.
 func (c CutoverConfig) Cutover() operator.CutoverOptions {
 	o := c.CutoverOptions
-	o.DSN = c.PostgresDSN
+	o.DSN, o.PasswordSource = c.PostgresDSN, c.Postgres.PasswordSource()
 	return o
 }

@@ -16,7 +16,7 @@ import (
 // token and the id; log is the logger.
 func (c ReplayConfig) Replay(log *slog.Logger) (operator.ReplayOptions, error) {
 	o, err := c.Relay(log)
-	ro := operator.ReplayOptions{DSN: o.Replication.DSN, Decoder: o.Decoder, Sink: o.Sink, MaxInFlight: o.MaxInFlight,
+	ro := operator.ReplayOptions{DSN: o.Replication.DSN, PasswordSource: o.Replication.PasswordSource, Decoder: o.Decoder, Sink: o.Sink, MaxInFlight: o.MaxInFlight,
 		StopOnPoison: o.OnPoison == relay.OnPoisonStop, ShutdownTimeout: o.ShutdownTimeout, KafkaTimeout: o.KafkaTimeout, Logger: log,
 		Selection: operator.ReplaySelection{Since: c.Since, Until: c.Until, IDs: c.EventIDs, AggregateTypes: c.AggregateTypes,
 			AggregateIDs: c.AggregateIDs, EventTypes: c.EventTypes},
@@ -37,13 +37,13 @@ func (c ReplayConfig) Recovery(log *slog.Logger) (operator.RecoveryOptions, erro
 // Kafka settings, the selection of dead letters and the group.
 func (c RedriveConfig) Redrive(log *slog.Logger) (operator.RedriveOptions, error) {
 	o, err := c.Relay(log)
-	return operator.RedriveOptions{DSN: o.Replication.DSN, Decoder: o.Decoder, Sink: o.Sink, KafkaTimeout: o.KafkaTimeout, Logger: log,
+	return operator.RedriveOptions{DSN: o.Replication.DSN, PasswordSource: o.Replication.PasswordSource, Decoder: o.Decoder, Sink: o.Sink, KafkaTimeout: o.KafkaTimeout, Logger: log,
 		Reasons: c.Reasons, Topics: c.IntendedTopics, Since: c.Since, Until: c.Until, Group: c.Group, DryRun: c.DryRun}, err
 }
 
 // delivered is what operator.LastDelivered needs of run's options o.
 func delivered(o relay.Options) operator.DeliveredOptions {
-	d := operator.DeliveredOptions{Sink: o.Sink, DSN: o.Replication.DSN, Slot: o.Replication.Slot, Logger: o.Logger}
+	d := operator.DeliveredOptions{Sink: o.Sink, DSN: o.Replication.DSN, PasswordSource: o.Replication.PasswordSource, Slot: o.Replication.Slot, Logger: o.Logger}
 	if o.ExactlyOnce != nil {
 		d.CheckpointTopic = o.ExactlyOnce.CheckpointTopic
 	}

@@ -123,7 +123,7 @@ func (c PruneConfig) deliveredConfig() Config {
 // Prune is prune's options for this configuration: with Kafka brokers, run's
 // settings that find the last delivered event; log is their logger.
 func (c PruneConfig) Prune(log *slog.Logger) (operator.PruneOptions, error) {
-	o := operator.PruneOptions{DSN: c.PostgresDSN, Table: c.Table, OlderThan: c.OlderThan, BatchSize: c.BatchSize,
+	o := operator.PruneOptions{DSN: c.PostgresDSN, PasswordSource: c.PasswordSource(), Table: c.Table, OlderThan: c.OlderThan, BatchSize: c.BatchSize,
 		TimeColumn: c.CreatedAtColumn, DryRun: c.DryRun, Slot: c.Slot, Force: c.Force, RecoveryMargin: c.RecoveryMargin}
 	if len(c.Kafka.KafkaBrokers) == 0 {
 		return o, nil
