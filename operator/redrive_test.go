@@ -233,3 +233,69 @@ func TestRedriveWaitsForTheGroupCoordinator(t *testing.T) {
 		t.Fatalf("second redrive: %+v, %v; want nothing sent (the progress was committed)", res, err)
 	}
 }
+
+// TestRedriveDryRunPredictsTheRedrive: for dead letters of several
+// reasons, from their rows and from stored records, with the cause gone
+// and still there, what a dry run lists is what the redrive then does.
+func TestRedriveDryRunPredictsTheRedrive(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	refuseTopics(cluster, ".refused")
+	allow := refuseTopics(cluster, ".lifted")
+	f := newReplayFixtureOn(t, "redrive_dry", cluster, relaytest.CreateOutbox, func(o *relay.Options) { o.Sink.Topic = "redrive_dry.{event_type}" })
+	ctx := context.Background()
+	emptyStill := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	emptyFixed := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	refusedStill := f.txn(t, [4]string{"a", "refused", `'{}'`, `'{}'`})[0]
+	lifted := f.txn(t, [4]string{"b", "lifted", `'{}'`, `'{}'`})[0]
+	liftedGone := f.txn(t, [4]string{"c", "lifted", `'{}'`, `'{}'`})[0]
+	emptyGone := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	refusedGone := f.txn(t, [4]string{"d", "refused", `'{}'`, `'{}'`})[0]
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 7)
+	allow()
+	f.PG.Exec("UPDATE "+f.table+" SET aggregate_id = 'fixed' WHERE id = $1", emptyFixed)
+	f.PG.Exec("DELETE FROM "+f.table+" WHERE id = ANY($1::uuid[])", []string{liftedGone, emptyGone, refusedGone})
+
+	type outcome struct {
+		Outcome RedriveOutcome
+		Target  string
+		FromRow bool
+	}
+	dlq := sink.DefaultDLQTopic
+	want := map[string]outcome{
+		emptyStill:   {RedriveDeadLettered, dlq, true},
+		emptyFixed:   {RedriveSent, "redrive_dry.ok", true},
+		refusedStill: {RedriveDeadLettered, dlq, true},
+		lifted:       {RedriveSent, "redrive_dry.lifted", true},
+		liftedGone:   {RedriveSent, "redrive_dry.lifted", false},
+		emptyGone:    {RedriveDeadLettered, dlq, false},
+		refusedGone:  {RedriveDeadLettered, dlq, false},
+	}
+	run := func(dryRun bool) map[string]outcome {
+		got := map[string]outcome{}
+		_, err := redrive(ctx, f.opts, RedriveOptions{DryRun: dryRun, OnRecord: func(it RedriveItem) {
+			o := outcome{it.Outcome, it.Target, it.FromRow}
+			if o.Outcome == RedriveWouldSend {
+				o.Outcome = RedriveSent
+			}
+			got[it.ID] = o
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	dry := run(true)
+	real := run(false)
+	for id, w := range want {
+		if dry[id] != real[id] {
+			t.Errorf("%s: the dry run said %+v, the redrive did %+v", id, dry[id], real[id])
+		}
+		if real[id] != w {
+			t.Errorf("%s: the redrive did %+v, want %+v", id, real[id], w)
+		}
+	}
+}
