@@ -191,6 +191,8 @@ type redriver struct {
 	conn   *pgx.Conn               // for rows, opened on first use
 	tables map[string]*outboxTable // by schema.name, inspected on first use
 	out    decoder.Output
+	// warnedTime: a dead letter without HeaderDLQCommitTime was said.
+	warnedTime bool
 }
 
 func (r *redriver) close() {
@@ -619,7 +621,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 
 // fromRow returns the event of the row id of table (schema.name) when the
 // row is still there, nil otherwise, with the dead-letter record's WAL
-// position and time.
+// position and commit time.
 func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id string) (*decoder.Event, error) {
 	t, err := r.table(ctx, table)
 	if t == nil || err != nil || id == "" {
@@ -629,7 +631,7 @@ func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id strin
 	if vals == nil || err != nil {
 		return nil, err
 	}
-	if err := r.dec.DecodeRow(t.name, t.cols, vals, rec.Timestamp, &r.out); err != nil {
+	if err := r.dec.DecodeRow(t.name, t.cols, vals, r.commitTime(rec), &r.out); err != nil {
 		return nil, fmt.Errorf("redrive event %s: %w", id, err)
 	}
 	ev := &r.out.Event
@@ -638,6 +640,23 @@ func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id strin
 		ev.XID = uint32(x)
 	}
 	return ev, nil
+}
+
+// commitTime is the commit time of rec's event: its HeaderDLQCommitTime,
+// to the microsecond. A dead letter written before walrelay wrote that
+// header has only its Kafka timestamp, to the millisecond (the event's
+// commit time, or its timestamp column's value when the table has one);
+// that is used then, and said once per redrive.
+func (r *redriver) commitTime(rec *kgo.Record) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, recordHeader(rec, sink.HeaderDLQCommitTime)); err == nil {
+		return t
+	}
+	if !r.warnedTime {
+		r.warnedTime = true
+		r.opts.Logger.Warn("dlq redrive: a dead letter has no "+sink.HeaderDLQCommitTime+" header (dead-lettered by an older walrelay): its event is made again with its Kafka timestamp as commit time, to the millisecond (ce_time, and the record timestamp when the table has no timestamp column)",
+			"partition", rec.Partition, "offset", rec.Offset, "id", recordHeader(rec, sink.HeaderID))
+	}
+	return rec.Timestamp
 }
 
 // table returns the configured outbox table name (schema.name) as

@@ -299,3 +299,33 @@ func TestRedriveDryRunPredictsTheRedrive(t *testing.T) {
 		}
 	}
 }
+
+// TestRedriveKeepsTheCommitTime: an event made again from its row keeps its
+// transaction's commit time to the microsecond (the dead letter's Kafka
+// timestamp has milliseconds only): its ce_time is that of a record of the
+// same transaction that went to its topic at once.
+func TestRedriveKeepsTheCommitTime(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	allow := refuseTopics(cluster, ".refused")
+	f := newReplayFixtureOn(t, "redrive_time", cluster, relaytest.CreateOutbox, func(o *relay.Options) {
+		o.Sink.Topic, o.Sink.CloudEvents = "redrive_time.{event_type}", true
+	})
+	ids := f.txn(t, [4]string{"a", "ok", `'{}'`, `'{}'`}, [4]string{"b", "refused", `'{}'`, `'{}'`})
+	live := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive_time.ok", 1)[0]
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	allow()
+	res, err := redrive(context.Background(), f.opts, RedriveOptions{})
+	if err != nil || res.Sent != 1 || res.FromRow != 1 {
+		t.Fatalf("redrive: %+v, %v; want the dead letter sent from its row", res, err)
+	}
+	redriven := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive_time.refused", 1)[0]
+	lt, rt := relaytest.HeaderValue(live, sink.HeaderCETime), relaytest.HeaderValue(redriven, sink.HeaderCETime)
+	if relaytest.HeaderValue(redriven, sink.HeaderID) != ids[1] || lt == "" || rt != lt {
+		t.Fatalf("redriven %s has ce_time %q; the live record of its transaction %q", relaytest.HeaderValue(redriven, sink.HeaderID), rt, lt)
+	}
+	t.Logf("ce_time %s", lt)
+}
