@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func endTxn(t *testing.T, cl *kgo.Client, commit kgo.TransactionEndTry) {
 }
 
 // ids returns the ids of the records of topic that a read_committed
-// consumer sees.
+// consumer sees, sorted (the topic may have several partitions).
 func (f *dlqFixture) ids(t *testing.T, topic string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -129,6 +130,7 @@ func (f *dlqFixture) ids(t *testing.T, topic string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	slices.Sort(ids)
 	return ids
 }
 
