@@ -37,6 +37,9 @@ import (
 // cannot go, is dead-lettered again with walrelay.dlq.attempts counting the
 // tries, so a later redrive sees it again. Progress is kept in a consumer
 // group's committed offsets: a second redrive sends nothing the first sent.
+// The commit metadata remembers a bounded number of records left behind
+// (not selected, or of a transaction still open); past it, those before a
+// selected record are copied to the end of their partition (planPartition).
 
 // DefaultRedriveGroup is the consumer group that remembers what was
 // redriven.
