@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,56 @@ func TestPrepareStoredJSONValue(t *testing.T) {
 				t.Logf("record of %s: value %q", ev.ID, rec.Value)
 			}
 			t.Errorf("payload %q of type %d: the record made from its dead letter differs from Prepare's", ev.Payload, ev.PayloadType)
+		}
+	}
+}
+
+// TestDeadLetterCopy: a dead letter carries its event's commit time to the
+// microsecond, and its copy (a redrive moving it to the end of its
+// partition) is the same record in the same partition, naming the
+// original.
+func TestDeadLetterCopy(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "copy.{aggregate_type}", DLQTopic: "copy.dlq", TopicPartitions: 3})
+	ctx := testCtx(t)
+	ev := event(1, "order", "o-1")
+	ev.CommitTime = time.Date(2026, 11, 29, 1, 2, 3, 456789000, time.UTC)
+	dl, err := s.PrepareDeadLetter(ctx, ev, "copy.order", string(sink.ReasonTopicRefused), errors.New("refused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAcks(1)
+	s.Send(ctx, dl, a.done("dead letter"))
+	allOK(t, a.wait(t, 1), []string{"dead letter"})
+	orig := consume(t, c, "copy.dlq", 1)[0]
+	if got := headerMap(orig.Headers)[sink.HeaderDLQCommitTime]; got != "2026-11-29T01:02:03.456789Z" {
+		t.Errorf("dead letter's %s = %q, want the commit time to the microsecond", sink.HeaderDLQCommitTime, got)
+	}
+	cp, err := s.PrepareDeadLetterCopy(ctx, orig, ev.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = newAcks(1)
+	s.Send(ctx, cp, a.done("copy"))
+	allOK(t, a.wait(t, 1), []string{"copy"})
+	recs := consume(t, c, "copy.dlq", 2)
+	moved := recs[1]
+	if recs[0].Offset != orig.Offset {
+		moved = recs[0]
+	}
+	if moved.Partition != orig.Partition || string(moved.Key) != string(orig.Key) || string(moved.Value) != string(orig.Value) || !moved.Timestamp.Equal(orig.Timestamp) {
+		t.Errorf("copy %d/%d key %q value %q ts %v; original %d/%d key %q value %q ts %v", moved.Partition, moved.Offset, moved.Key, moved.Value, moved.Timestamp,
+			orig.Partition, orig.Offset, orig.Key, orig.Value, orig.Timestamp)
+	}
+	want := headerMap(orig.Headers)
+	want[sink.HeaderDLQMovedFrom] = fmt.Sprintf("%d/%d", orig.Partition, orig.Offset)
+	got := headerMap(moved.Headers)
+	if len(got) != len(want) {
+		t.Errorf("copy's headers %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("copy's header %s = %q, want %q", k, got[k], v)
 		}
 	}
 }
