@@ -163,7 +163,9 @@ func Redrive(ctx context.Context, opts RedriveOptions) (RedriveResult, error) {
 	if err != nil {
 		return res, &OptionError{Option: "Decoder", Err: err}
 	}
-	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
+	scfg := opts.Sink
+	scfg.ValidateOnlyTopics = opts.DryRun // a dry run creates no topic
+	snk, err := sink.New(scfg, sink.WithLogger(opts.Logger))
 	if err != nil {
 		return res, err
 	}

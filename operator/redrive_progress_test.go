@@ -152,6 +152,18 @@ func TestRedriveNeverMarksDoneWhatItDidNotSend(t *testing.T) {
 		endTxn(t, txn, kgo.TryCommit)
 		ro := f.opts
 		ro.Reasons = []string{selected}
+		// A dry run first: it lists s1 for its topic and creates nothing.
+		dry, listed := ro, []RedriveItem{}
+		dry.DryRun, dry.OnRecord = true, func(it RedriveItem) { listed = append(listed, it) }
+		if _, err := Redrive(ctx, dry); err != nil {
+			t.Fatal(err)
+		}
+		if len(listed) != 1 || listed[0].ID != "s1" || listed[0].Outcome != RedriveWouldSend || listed[0].Target != f.target {
+			t.Fatalf("dry run listed %+v, want s1 for %s", listed, f.target)
+		}
+		if topics, err := kadm.NewClient(f.plain).ListTopics(ctx); err != nil || topics.Has(f.target) {
+			t.Fatalf("after the dry run %s exists (%v), want it not created", f.target, err)
+		}
 		res, err := Redrive(ctx, ro)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -289,6 +290,18 @@ func TestRedriveDryRunPredictsTheRedrive(t *testing.T) {
 		return got
 	}
 	dry := run(true)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has("redrive_dry.lifted") {
+		t.Errorf("the dry run created redrive_dry.lifted")
+	}
 	real := run(false)
 	for id, w := range want {
 		if dry[id] != real[id] {

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/sink"
@@ -239,5 +243,44 @@ func TestDeadLetterCopy(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("copy's header %s = %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// TestValidateOnlyTopics: a dry run's sink prepares a record for a missing
+// topic as Kafka would create it, and creates nothing; a creation Kafka
+// would refuse is refused as it would be.
+func TestValidateOnlyTopics(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "other"))
+	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.CreateTopicsRequest)
+		if !req.ValidateOnly {
+			t.Errorf("the sink asked Kafka to create %s", req.Topics[0].Topic)
+		}
+		if req.Topics[0].Topic != "dry.refused" {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic, rt.ErrorCode = req.Topics[0].Topic, kerr.PolicyViolation.Code
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "dry.{aggregate_type}", ValidateOnlyTopics: true})
+	ctx := testCtx(t)
+	if r, err := s.Prepare(ctx, event(1, "order", "o-1")); err != nil || r.Topic() != "dry.order" {
+		t.Fatalf("prepare for a missing topic: %v, %v; want a record for dry.order", r.Topic(), err)
+	}
+	if _, err := s.Prepare(ctx, event(2, "refused", "o-1")); !errors.Is(err, sink.ErrTopicRefused) {
+		t.Fatalf("prepare for a topic Kafka would refuse: %v, want ErrTopicRefused", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil || topics.Has("dry.order") {
+		t.Fatalf("topics after the dry run: %v (%v); want dry.order not created", topics.Names(), err)
 	}
 }

@@ -25,10 +25,10 @@ redrive sends nothing the first one sent, and dead letters the selection left
 out stay for a later one (past 500 of them in a partition before a selected
 one, the oldest are copied to the end of the partition). --dry-run decides
 each dead letter as the redrive does and lists what would go where; it sends
-and commits nothing (like the redrive, it creates a missing target topic when
-topic creation is allowed). Records are sent at least once (an interrupted
-redrive commits nothing and the next sends again); consumers deduplicate on
-the id header.
+and commits nothing, and creates no topic (Kafka only validates the creation
+of a missing one). Records are sent at least once (an interrupted redrive
+commits nothing and the next sends again); consumers deduplicate on the id
+header.
 
 Exit codes: 0 done, 1 failure, 2 invalid usage or configuration.
 `
