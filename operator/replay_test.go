@@ -485,3 +485,61 @@ func TestReplayFiltered(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayOrderWithinTransaction: one transaction's rows of one aggregate
+// share their time column's value; they are replayed in the order they were
+// inserted, also when the heap put a later row on an earlier page (free
+// space left by a delete and VACUUM), so that ctid order is not insertion
+// order.
+func TestReplayOrderWithinTransaction(t *testing.T) {
+	f := newReplayFixture(t, "replay_order")
+	// Rows as large as their payload: no compression, no TOAST.
+	f.PG.Exec("ALTER TABLE " + f.table + " ALTER COLUMN payload SET STORAGE PLAIN")
+	var filler [][4]string
+	for range 30 {
+		filler = append(filler, [4]string{"filler", "e", `jsonb_build_object('pad', repeat('f', 1000))`, `'{}'`})
+	}
+	f.txn(t, filler...)
+	// Free space on the first page, and only there.
+	f.PG.Exec("DELETE FROM " + f.table + " WHERE ctid IN ('(0,1)', '(0,2)')")
+	f.PG.Exec("VACUUM " + f.table)
+	since := f.now(t)
+	// The first row fills a new page; the next ones do not fit beside it
+	// and go to the first page's free space.
+	ids := f.txn(t,
+		[4]string{"a", "first", `jsonb_build_object('pad', repeat('a', 7600))`, `'{}'`},
+		[4]string{"a", "second", `jsonb_build_object('pad', repeat('b', 1000))`, `'{}'`},
+		[4]string{"a", "third", `jsonb_build_object('pad', repeat('c', 1000))`, `'{}'`},
+		[4]string{"a", "fourth", `'{"n": 4}'`, `'{}'`})
+	var byCtid []string
+	rows, err := f.PG.Conn.Query(context.Background(), "SELECT id::text FROM "+f.table+" WHERE created_at >= $1 ORDER BY ctid", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		byCtid = append(byCtid, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if slices.Equal(byCtid, ids) {
+		t.Fatalf("setup: the heap kept the transaction's rows in insertion order (%v); the test needs them out of it", byCtid)
+	}
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(filler)+len(ids))
+	res, err := replay(context.Background(), f.opts, ReplayOptions{ID: "order", Selection: ReplaySelection{Since: since}})
+	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	_, replayed := split(relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(filler)+2*len(ids)))
+	var got []string
+	for _, r := range replayed {
+		got = append(got, relaytest.HeaderValue(r, sink.HeaderID))
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("replayed aggregate a in the order %v, want the insertion order %v (ctid order %v)", got, ids, byCtid)
+	}
+}
