@@ -219,29 +219,6 @@ func (t *outboxTable) plan(ctx context.Context, tx pgx.Tx, sel ReplaySelection, 
 	return p, nil
 }
 
-// routes counts the selected rows by aggregate type and event type (what
-// topic templates may use).
-func (t *outboxTable) routes(ctx context.Context, tx pgx.Tx, sel ReplaySelection) (map[[2]*string]int64, error) {
-	where, args := t.where(sel, "")
-	q := fmt.Sprintf("SELECT %s::text, %s::text, count(*) FROM %s%s GROUP BY 1, 2", t.ident(t.columns.AggregateType),
-		t.ident(t.columns.EventType), t.quoted, where)
-	rows, err := tx.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("group the selected rows of %s: %w", t.name, err)
-	}
-	defer rows.Close()
-	out := map[[2]*string]int64{}
-	for rows.Next() {
-		var at, et *string
-		var n int64
-		if err := rows.Scan(&at, &et, &n); err != nil {
-			return nil, fmt.Errorf("group the selected rows of %s: %w", t.name, err)
-		}
-		out[[2]*string{at, et}] = n
-	}
-	return out, rows.Err()
-}
-
 // tableStats are the table's write counters since the statistics were last
 // reset, over all its partitions, and its rows in the snapshot.
 type tableStats struct {

@@ -543,3 +543,42 @@ func TestReplayOrderWithinTransaction(t *testing.T) {
 		t.Fatalf("replayed aggregate a in the order %v, want the insertion order %v (ctid order %v)", got, ids, byCtid)
 	}
 }
+
+// TestReplayDryRunDecidesAsTheReplay: a dry run makes each row's decision
+// as the replay does (the table's filter, an empty aggregate id or a topic
+// that cannot be rendered dead-lettered), so that what it counts is what
+// the replay then sends, where.
+func TestReplayDryRunDecidesAsTheReplay(t *testing.T) {
+	f := newReplayFixture(t, "replay_dryfilter", func(o *relay.Options) {
+		o.Decoder.Tables[0].Filter = decoder.Filter{ExcludeEventTypes: []string{"internal.*"}}
+	})
+	since := f.now(t)
+	f.txn(t, [4]string{"a", "created", `'{}'`, `'{}'`}, [4]string{"a", "internal.audit", `'{}'`, `'{}'`},
+		[4]string{"a", "updated", `'{}'`, `'{}'`}, [4]string{"", "created", `'{}'`, `'{}'`})
+	f.PG.Exec("INSERT INTO " + f.table + " (aggregate_type, aggregate_id, event_type, payload) VALUES ('inv@lid', 'c', 'e', '{}')")
+	opts := f.opts
+	opts.Sink.Topic = "dry.{aggregate_type}"
+	dry, err := replay(context.Background(), opts, ReplayOptions{DryRun: true, Selection: ReplaySelection{Since: since}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
+	if err != nil || !res.Complete {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	if res.Acked != 4 || res.DeadLettered != 2 || res.Filtered != 1 {
+		t.Fatalf("replay: %d sent, %d of them dead-lettered, %d filtered; want 4, 2, 1", res.Acked, res.DeadLettered, res.Filtered)
+	}
+	if len(dry.Tables) != 1 {
+		t.Fatalf("dry run: %+v", dry.Tables)
+	}
+	var wouldSend int64
+	for _, n := range dry.Tables[0].Topics {
+		wouldSend += n
+	}
+	if wouldSend != res.Acked || dry.Tables[0].Topics[sink.DefaultDLQTopic] != res.DeadLettered || dry.Filtered != res.Filtered ||
+		dry.Tables[0].Topics["dry.order"] != res.Acked-res.DeadLettered {
+		t.Fatalf("dry run: would send %d rows (%v), %d filtered; the replay sent %d, %d of them dead-lettered, %d filtered",
+			wouldSend, dry.Tables[0].Topics, dry.Filtered, res.Acked, res.DeadLettered, res.Filtered)
+	}
+}
