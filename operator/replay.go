@@ -35,7 +35,8 @@ const DefaultReplayTimeColumn = "created_at"
 // ExactlyOnce is how a replay produces in exactly-once mode: in Kafka
 // transactions of TransactionalID + ".replay" (a running relay is never
 // fenced; two replays at once fence each other), each committed once
-// CommitInterval passed or MaxRecords were sent.
+// CommitInterval passed (at most half the producer's transaction timeout,
+// also while the replay waits for rows) or MaxRecords were sent.
 type ExactlyOnce struct {
 	TransactionalID string
 	CommitInterval  time.Duration
@@ -181,6 +182,7 @@ type replayProducer interface {
 	InitProducer(ctx context.Context) error
 	BeginTxn() error
 	EndTxn(ctx context.Context, commit bool) error
+	TransactionTimeout() time.Duration
 	Close()
 }
 
@@ -473,7 +475,7 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 	var out sender
 	if x := r.ro.ExactlyOnce; x != nil {
 		out = &txnSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, maxRecords: x.MaxRecords,
-			interval: x.CommitInterval, timeout: r.ro.KafkaTimeout, onAck: r.onAck}
+			maxOpen: commitAfter(x.CommitInterval, snk.TransactionTimeout()), timeout: r.ro.KafkaTimeout, onAck: r.onAck}
 	} else {
 		out = &ackSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, onAck: r.onAck}
 	}

@@ -582,3 +582,51 @@ func TestReplayDryRunDecidesAsTheReplay(t *testing.T) {
 			wouldSend, dry.Tables[0].Topics, dry.Filtered, res.Acked, res.DeadLettered, res.Filtered)
 	}
 }
+
+// TestReplayExactlyOnceCommitsWhileWaiting: an exactly-once replay commits
+// its Kafka transaction on time while it waits for the next row (a slow
+// --rate here; a long scan between sparse matches alike), well before the
+// transaction timeout, after which the broker would abort it: every row is
+// acknowledged, and a read_committed consumer sees them all.
+func TestReplayExactlyOnceCommitsWhileWaiting(t *testing.T) {
+	f := newReplayFixture(t, "replay_eos_wait")
+	const txnTimeout = time.Second
+	replaySinkHook = func(cfg sink.Config, opts ...sink.Option) (replayProducer, error) {
+		return sink.New(cfg, append(opts, sink.WithClientOpts(kgo.TransactionTimeout(txnTimeout)))...)
+	}
+	t.Cleanup(func() { replaySinkHook = nil })
+	since := f.now(t)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, f.txn(t, [4]string{fmt.Sprintf("a-%d", i), "e", `'{}'`, `'{}'`})...)
+	}
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(ids))
+	opts := f.opts
+	// A commit interval past the transaction timeout: the replay commits at
+	// half the timeout all the same.
+	opts.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: "walrelay-" + f.Name, CheckpointTopic: "cp", CommitInterval: time.Minute, MaxRecords: 100}
+	// A row every 2 s: twice the transaction timeout.
+	res, err := replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 0.5})
+	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
+		t.Fatalf("replay at a row every 2 s with a %v transaction timeout: %+v, %v", txnTimeout, res, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.Cluster.ListenAddrs()...), kgo.ConsumeTopics(f.topic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	replayed := map[string]bool{}
+	for len(replayed) < len(ids) && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if relaytest.HeaderValue(r, sink.HeaderReplay) != "" {
+				replayed[relaytest.HeaderValue(r, sink.HeaderID)] = true
+			}
+		})
+	}
+	if len(replayed) != len(ids) {
+		t.Fatalf("a read_committed consumer saw %d replayed records, want %d", len(replayed), len(ids))
+	}
+}
