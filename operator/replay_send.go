@@ -210,7 +210,13 @@ func (t *txnSender) send(ctx context.Context, rec sink.Record, seq int64, deadLe
 func (t *txnSender) finish(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.commit(ctx)
+	if err := t.commit(ctx); err != nil {
+		return err
+	}
+	if t.failed.Err() != nil { // the timer's commit failed
+		return context.Cause(t.failed)
+	}
+	return nil
 }
 
 // commitDue is the timer's commit of transaction gen, should it still be
