@@ -399,9 +399,12 @@ func (r *replayer) dryRun(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 	var o decoder.Output
 	_, err = r.readTable(ctx, tx, t, r.fromFor(t), func(vals [][]byte) (bool, error) {
 		ev, err := r.decodeRow(t, vals, dec, &o)
-		if err != nil || ev == nil {
-			filtered += boolInt(ev == nil && err == nil)
+		if err != nil {
 			return false, err
+		}
+		if ev == nil {
+			filtered++
+			return false, nil
 		}
 		topic, terr := snk.Topic(ev)
 		if _, cause := sink.PoisonOf(ev); cause != nil || terr != nil {
@@ -419,13 +422,6 @@ func (r *replayer) dryRun(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 			poison, t.name))
 	}
 	return out, filtered, nil
-}
-
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // nothing explains why no row is selected.
