@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/pgtest"
@@ -132,4 +134,34 @@ func serverNow(t *testing.T, pg *pgtest.Conn) time.Time {
 		t.Fatal(err)
 	}
 	return now
+}
+
+// TestPruneRefusesAnotherDatabasesSlot: slot names are cluster-wide; a slot
+// of database A, however far it confirmed, vouches for no row of database
+// B's outbox: pruning B naming it keeps every row, and says why.
+func TestPruneRefusesAnotherDatabasesSlot(t *testing.T) {
+	_, pgA := relaytest.Database(t)
+	dsnB, pgB := relaytest.Database(t)
+	relaytest.CreateOutbox(t, dsnB, "public.other_outbox")
+	pgB.Exec(`INSERT INTO public.other_outbox (aggregate_type, aggregate_id, event_type, created_at)
+		SELECT 'order', i::text, 'e', now() - interval '3 hours' FROM generate_series(1, 5) i`)
+	slot := "shared_" + fmt.Sprint(time.Now().UnixNano()%1e6)
+	pgA.Exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
+	// A's slot confirms past B's rows (catalog_xmin is a cluster-wide id).
+	testwait.Eventually(t, 2*time.Minute, "the slot's catalog_xmin to pass B's rows", func() bool {
+		pgA.Exec("CHECKPOINT")
+		pgA.Exec("SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", slot)
+		return pgB.Count("SELECT count(*) FROM public.other_outbox WHERE age(xmin) > (SELECT age(catalog_xmin) FROM pg_replication_slots WHERE slot_name = $1)", slot) == 5
+	})
+	res, err := Prune(context.Background(), PruneOptions{DSN: dsnB, Table: "public.other_outbox", OlderThan: time.Hour, BatchSize: 100,
+		TimeColumn: "created_at", Slot: slot}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := pgB.Count("SELECT count(*) FROM public.other_outbox"); res.Rows != 0 || n != 5 {
+		t.Fatalf("prune of database B naming database A's slot deleted %d rows (%d left of 5): %s", res.Rows, n, res.KeptWhy)
+	}
+	if !strings.Contains(res.KeptWhy, "another database") {
+		t.Errorf("prune kept the rows, saying %q: want it to say the slot is another database's", res.KeptWhy)
+	}
 }

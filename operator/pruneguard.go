@@ -30,8 +30,10 @@ import (
 // lags the confirmed position (it follows the slot's restart point), so
 // the rule keeps rows a little longer than needed, never less.
 //
-// Without the slot (dropped, or invalidated), the last event delivered to
-// Kafka decides instead: rows whose time column is older than its time less
+// Without the slot (dropped, invalidated, or a slot of that name belongs to
+// another database: slot names are cluster-wide, and another database's
+// slot confirms nothing of this one), the last event delivered to Kafka
+// decides instead: rows whose time column is older than its time less
 // a margin may go (see LastDelivered, DefaultRecoveryMargin).
 type PruneGuard struct {
 	Slot SlotState
@@ -42,7 +44,7 @@ type PruneGuard struct {
 
 // NeedsDelivered reports whether the slot cannot vouch for any row, so
 // that the last delivered event must (set Delivered).
-func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost }
+func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost || g.Slot.OtherDatabase }
 
 // Condition returns an SQL condition over a row of the outbox table (its
 // time column timeCol), true for the rows that may be deleted, with its
@@ -85,7 +87,12 @@ func (g PruneGuard) Reason() string {
 }
 
 func slotGone(s SlotState) string {
-	if s.Lost {
+	switch {
+	case s.Exists && s.OtherDatabase && s.Database != "":
+		return fmt.Sprintf("a slot of another database (%s), not this table's", s.Database)
+	case s.Exists && s.OtherDatabase:
+		return "a physical slot, not this table's"
+	case s.Lost:
 		return "invalidated (wal_status lost)"
 	}
 	return "missing"

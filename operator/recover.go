@@ -261,6 +261,12 @@ type SlotState struct {
 	Active      bool   // a process streams from it
 	CatalogXmin uint32 // 0 when NULL
 	Confirmed   string // confirmed_flush_lsn, "" when NULL
+	// OtherDatabase: the slot exists but is not a logical slot of the
+	// database read (slot names are cluster-wide); Database names its
+	// database ("" for a physical slot). Such a slot is not this
+	// database's walrelay slot and vouches for none of its rows.
+	OtherDatabase bool
+	Database      string
 }
 
 // ReadSlotState reads slot's row of pg_replication_slots over conn
@@ -275,6 +281,7 @@ func ReadSlotState(ctx context.Context, conn *pgx.Conn, slot string) (SlotState,
 		return st, err
 	}
 	st.Exists, st.Active, st.CatalogXmin = true, s.Active, s.CatalogXmin
+	st.Database, st.OtherDatabase = s.Database, s.Type != "logical" || !s.InCurrentDatabase
 	st.Lost = s.WALStatus == "lost"
 	if s.ConfirmedFlushLSN != 0 {
 		st.Confirmed = s.ConfirmedFlushLSN.String()
@@ -336,6 +343,10 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	}
 	if rec.Slot, err = ReadSlotState(ctx, conn, slot); err != nil {
 		return rec, err
+	}
+	if rec.Slot.Exists && rec.Slot.OtherDatabase {
+		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
+			slot, slotGone(rec.Slot))
 	}
 	if rec.Slot.Exists && !rec.Slot.Lost {
 		return rec, &SlotInUseError{Slot: rec.Slot}
