@@ -44,7 +44,9 @@ type PruneGuard struct {
 
 // NeedsDelivered reports whether the slot cannot vouch for any row, so
 // that the last delivered event must (set Delivered).
-func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost || g.Slot.OtherDatabase }
+func (g PruneGuard) NeedsDelivered() bool {
+	return !g.Slot.Exists || g.Slot.Lost || g.Slot.OtherDatabase
+}
 
 // Condition returns an SQL condition over a row of the outbox table (its
 // time column timeCol), true for the rows that may be deleted, with its

@@ -37,8 +37,10 @@ const DefaultRecoveryMargin = time.Hour
 // them (replays' records left out).
 type LastDelivery struct {
 	Found bool
-	// Time is the record's timestamp: its transaction's commit time, or
-	// the mapped timestamp column's value (then earlier).
+	// Time is its transaction's commit time: the walrelay.commit_time
+	// header when the record has one (its timestamp is then a mapped
+	// column's value, from whatever clock the application used), else the
+	// record's timestamp.
 	Time      time.Time
 	Topic     string
 	Partition int32
@@ -193,7 +195,7 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 			}
 			found[tp{r.Topic, r.Partition}] = true
 			if !last.Found || newer(r, last) {
-				*last = LastDelivery{Found: true, Time: r.Timestamp.UTC(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+				*last = LastDelivery{Found: true, Time: commitTime(r), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 					ID: recordHeader(r, sink.HeaderID), LSN: recordHeader(r, sink.HeaderLSN), Topics: last.Topics}
 			}
 			return nil
@@ -213,11 +215,23 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 	return nil
 }
 
-// newer reports whether r is newer than last: a later timestamp, or the
-// same millisecond and a later WAL position.
+// commitTime is the commit time of r's transaction: its
+// walrelay.commit_time header, else its timestamp (records without the
+// header have the commit time as timestamp).
+func commitTime(r *kgo.Record) time.Time {
+	if h := recordHeader(r, sink.HeaderCommitTime); h != "" {
+		if t, err := time.Parse(time.RFC3339Nano, h); err == nil {
+			return t.UTC()
+		}
+	}
+	return r.Timestamp.UTC()
+}
+
+// newer reports whether r is newer than last: a later commit time, or the
+// same time and a later WAL position.
 func newer(r *kgo.Record, last *LastDelivery) bool {
-	if !r.Timestamp.Equal(last.Time) {
-		return r.Timestamp.After(last.Time)
+	if at := commitTime(r); !at.Equal(last.Time) {
+		return at.After(last.Time)
 	}
 	a, aerr := pglogrepl.ParseLSN(recordHeader(r, sink.HeaderLSN))
 	b, berr := pglogrepl.ParseLSN(last.LSN)
