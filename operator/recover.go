@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -524,15 +525,20 @@ func (e *EventsLostError) Error() string {
 // events (ro.Decoder.MessagePrefix) are never rows, and a table whose rows
 // the application deletes has none to replay.
 func (rec *Recovery) Lost(ro ReplayOptions, replayErr error) error {
-	var nothing *NothingToReplayError
-	switch {
-	case errors.As(replayErr, &nothing) && nothing.Unkept:
-		return &EventsLostError{Since: rec.Since, Reason: nothing.Reason}
-	case ro.Decoder.MessagePrefix != "":
-		return &EventsLostError{Since: rec.Since, Reason: fmt.Sprintf("the tableless outbox's events (logical messages with prefix %q) were never rows of a table; "+
-			"the rows of the outbox tables were replayed", ro.Decoder.MessagePrefix)}
+	var (
+		nothing *NothingToReplayError
+		why     []string
+	)
+	if errors.As(replayErr, &nothing) && nothing.Unkept {
+		why = append(why, nothing.Reason)
 	}
-	return nil
+	if p := ro.Decoder.MessagePrefix; p != "" && (nothing == nil || !strings.Contains(nothing.Reason, "tableless")) {
+		why = append(why, fmt.Sprintf("the tableless outbox's events (logical messages with prefix %q) were never rows of a table", p))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return &EventsLostError{Since: rec.Since, Reason: strings.Join(why, "; ")}
 }
 
 // slotName is the slot recovered (default walrelay).
