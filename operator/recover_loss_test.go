@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -215,5 +216,27 @@ func TestInterruptedRecoveryThenPruneKeepsTheGap(t *testing.T) {
 	g, err := ReadPruneGuard(ctx, s.pg.Conn, s.opts.Replication.Slot)
 	if err != nil || !g.Slot.Exists || g.recovering() {
 		t.Fatalf("guard after the hand-over: %+v, %v", g, err)
+	}
+}
+
+// TestReplayRefusesNullTimeColumn: a row whose time column is NULL cannot
+// be selected or ordered by time: a replay (a recovery's too) refuses up
+// front, naming the rows and the fix, instead of failing midway or
+// finishing without the row.
+func TestReplayRefusesNullTimeColumn(t *testing.T) {
+	s := newLostSlot(t, "replay_null", time.Hour, 10*time.Minute, 2)
+	s.pg.Exec("ALTER TABLE " + s.table + " ALTER COLUMN created_at DROP NOT NULL")
+	s.pg.Exec("INSERT INTO " + s.table + " (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES ('order', 'null', 'e', '{}', NULL)")
+	ctx := context.Background()
+	rec, err := PlanRecovery(ctx, recovery(s.opts, 10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sel := range []ReplaySelection{{}, {Since: rec.Since}} {
+		res, err := replay(ctx, s.opts, ReplayOptions{Selection: sel})
+		var null *NullTimeError
+		if !errors.As(err, &null) || null.Rows != 1 || res.Acked != 0 {
+			t.Errorf("replay since %v of a table with a NULL created_at: %+v, %v; want a NullTimeError before sending anything", sel.Since, res, err)
+		}
 	}
 }

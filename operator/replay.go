@@ -340,6 +340,11 @@ func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
 		return r.res, fmt.Errorf("begin the replay's snapshot: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, t := range tables {
+		if err := t.checkTimeNulls(ctx, tx); err != nil {
+			return r.res, err
+		}
+	}
 	var total int64
 	for _, t := range tables {
 		p, err := t.plan(ctx, tx, r.sel, r.fromFor(t))
