@@ -91,7 +91,7 @@ func (e *PasswordError) Unwrap() error { return e.Err }
 // unexplained (see ExplainConnect).
 func ConnectConfig(ctx context.Context, pc *pgconn.Config, src PasswordSource) (*pgconn.PgConn, error) {
 	pc = pc.Copy()
-	sessionUTC(pc.RuntimeParams)
+	pc.RuntimeParams = sessionUTC(pc.RuntimeParams)
 	if src == nil {
 		return pgconn.ConnectConfig(ctx, pc)
 	}
@@ -105,7 +105,7 @@ func ConnectConfig(ctx context.Context, pc *pgconn.Config, src PasswordSource) (
 // ConnectPgx is ConnectConfig for a pgx connection.
 func ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig, src PasswordSource) (*pgx.Conn, error) {
 	cfg = cfg.Copy()
-	sessionUTC(cfg.RuntimeParams)
+	cfg.RuntimeParams = sessionUTC(cfg.RuntimeParams)
 	if src == nil {
 		return pgx.ConnectConfig(ctx, cfg)
 	}
@@ -121,13 +121,17 @@ func ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig, src PasswordSource) (*
 // is then compared with a timestamptz, and converted to one, as UTC, the
 // way the decoder and replay read it (prune's cutoff and guard, the
 // retained span), whatever the server's or the role's TimeZone.
-func sessionUTC(params map[string]string) {
+func sessionUTC(params map[string]string) map[string]string {
+	if params == nil {
+		params = map[string]string{}
+	}
 	for k := range params {
 		if strings.EqualFold(k, "timezone") {
 			delete(params, k)
 		}
 	}
 	params["TimeZone"] = "UTC"
+	return params
 }
 
 // OpenPgx opens an ordinary pgx connection to dsn as application app (unless
