@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/relay"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/pgtest"
@@ -20,12 +21,16 @@ import (
 )
 
 // stopAndDropSlot stops f's relay and drops its slot: the slot is lost
-// while walrelay is down.
+// while walrelay is down. The walsender may hold the slot a moment after
+// the relay stopped.
 func (f *replayFixture) stopAndDropSlot(t *testing.T) {
 	t.Helper()
 	f.Cancel()
 	f.Done <- <-f.Done // stopped; the cleanup's stop finds it so
-	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
+	testwait.Eventually(t, 30*time.Second, "the slot to be dropped", func() bool {
+		_, err := f.PG.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", f.Name)
+		return err == nil
+	})
 }
 
 // insertAt inserts n rows of aggregate agg whose occurred_at is the

@@ -104,9 +104,7 @@ func TestPlanRecovery(t *testing.T) {
 	if !errors.As(err, &inUse) {
 		t.Fatalf("recovery with the slot in place: %v, want a SlotInUseError", err)
 	}
-	f.Cancel()
-	f.Done <- <-f.Done // stopped; the cleanup's stop finds it so
-	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
+	f.stopAndDropSlot(t)
 	rec, err := PlanRecovery(ctx, recovery(f.opts, time.Minute))
 	if err != nil {
 		t.Fatal(err)
