@@ -325,6 +325,9 @@ type RecoveryOptions struct {
 // row (PruneGuard). HandOver renames it to slot.
 func RecoveringSlot(slot string) string { return slot + "_recovering" }
 
+// maxSlotName is the longest slot name Postgres accepts (NAMEDATALEN - 1).
+const maxSlotName = 63
+
 // Recovery is the plan of a replay after a lost slot: the rows committed
 // since the last delivered event, less the margin.
 type Recovery struct {
@@ -374,6 +377,10 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	if rec.Slot.Exists && rec.Slot.OtherDatabase {
 		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
 			slot, slotGone(rec.Slot))
+	}
+	if n := len(RecoveringSlot(slot)); n > maxSlotName {
+		return rec, &OptionError{Option: "Replication.Slot", Err: fmt.Errorf("%q is too long for a recovery, which names its new slot %q (%d bytes, at most %d) until the hand-over",
+			slot, RecoveringSlot(slot), n, maxSlotName)}
 	}
 	if rec.Pending, err = ReadSlotState(ctx, conn, RecoveringSlot(slot)); err != nil {
 		return rec, err
