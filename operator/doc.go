@@ -13,9 +13,11 @@
 //     INSERT (replay_query.go reads the rows, replay_send.go produces them,
 //     replay_token.go is the resume token);
 //   - recover.go: LastDelivered (DeliveredOptions) reads back the newest
-//     event in Kafka; PlanRecovery and Recovery.CreateSlot
-//     (RecoveryOptions) find where a lost slot left off and hand over to a
-//     new one;
+//     event in Kafka and its commit time; PlanRecovery, Recovery.CreateSlot,
+//     Recovery.HandOver and Recovery.Lost (RecoveryOptions) find where a
+//     lost slot left off, make the new slot under RecoveringSlot's name,
+//     hand it over once the replay is done, and name the events that could
+//     not be replayed;
 //   - redrive.go: Redrive (RedriveOptions) sends dead-lettered events to
 //     their topics;
 //   - prune.go: Prune (PruneOptions) deletes old rows and drops old daily
@@ -41,14 +43,19 @@
 //     (redrive.go: run, settle); its bounded memory of records left behind
 //     never stops it short of a selected record for good (planPartition);
 //     a dry run decides through the same redrive function as a redrive;
-//   - a prune guard lets a row go only once the slot confirmed past its
-//     transaction, or, with the slot gone, once it is older than the last
-//     delivered event less the margin (pruneguard.go); a daily partition is
+//   - a prune guard lets a row go only once the slot (a logical slot of
+//     this database) confirmed past its transaction, or, with the slot gone
+//     or another database's, once it is older than the last delivered
+//     event's commit time less the margin, and never while a recovery is
+//     unfinished (pruneguard.go); a daily partition is
 //     dropped only when every row in it may go, checked under its lock
 //     (prune.go);
 //   - a recovery refuses while the slot is valid, and creates the new slot
-//     before the replay reads its snapshot, so nothing falls between them
-//     (recover.go);
+//     before the replay reads its snapshot, so nothing falls between them;
+//     the slot keeps a name of its own until the replay has sent the gap,
+//     so an interrupted recovery leaves the slot missing and a retry starts
+//     from the same time (recover.go);
+//   - a replay refuses a time column NULL in some rows (timecolumn.go);
 //   - cutover drops Debezium's slot only once it is inactive and confirmed
 //     walrelay's start, and while walrelay's own slot exists and is valid
 //     (cutover.go).

@@ -18,20 +18,21 @@ func (e *OptionError) Unwrap() error { return e.Err }
 // optionKeys are the settings of walrelay's configuration behind the
 // options fields that OptionError names.
 var optionKeys = map[string][]string{
-	"DSN":             {"postgres-dsn"},
-	"Table":           {"table"},
-	"Decoder":         {"table"},
-	"MaxInFlight":     {"max-in-flight"},
-	"ShutdownTimeout": {"shutdown-timeout"},
-	"KafkaTimeout":    {"kafka-timeout"},
-	"ExactlyOnce":     {"transactional-id", "txn-commit-interval", "txn-max-records"},
-	"Rate":            {"rate"},
-	"Selection":       {"since", "until"},
-	"TimeColumn":      {"created-at-column"},
-	"Margin":          {"recovery-margin"},
-	"RecoveryMargin":  {"recovery-margin"},
-	"OlderThan":       {"older-than"},
-	"BatchSize":       {"batch-size"},
+	"DSN":              {"postgres-dsn"},
+	"Table":            {"table"},
+	"Decoder":          {"table"},
+	"MaxInFlight":      {"max-in-flight"},
+	"ShutdownTimeout":  {"shutdown-timeout"},
+	"KafkaTimeout":     {"kafka-timeout"},
+	"ExactlyOnce":      {"transactional-id", "txn-commit-interval", "txn-max-records"},
+	"Rate":             {"rate"},
+	"Selection":        {"since", "until"},
+	"TimeColumn":       {"created-at-column"},
+	"Margin":           {"recovery-margin"},
+	"RecoveryMargin":   {"recovery-margin"},
+	"OlderThan":        {"older-than"},
+	"BatchSize":        {"batch-size"},
+	"Replication.Slot": {"slot"},
 }
 
 // SettingKeys returns the keys of the settings behind the fields that

@@ -30,11 +30,20 @@ import (
 // lags the confirmed position (it follows the slot's restart point), so
 // the rule keeps rows a little longer than needed, never less.
 //
-// Without the slot (dropped, or invalidated), the last event delivered to
-// Kafka decides instead: rows whose time column is older than its time less
+// Without the slot (dropped, invalidated, or a slot of that name belongs to
+// another database: slot names are cluster-wide, and another database's
+// slot confirms nothing of this one), the last event delivered to Kafka
+// decides instead: rows whose time column is older than its time less
 // a margin may go (see LastDelivered, DefaultRecoveryMargin).
+//
+// While a recovery of the slot is unfinished (RecoveringSlot exists), no
+// row may go: the recovery's new slot started after the gap, and its
+// replay may not have sent the gap's rows yet.
 type PruneGuard struct {
 	Slot SlotState
+	// Recovering is the slot of an unfinished recovery (RecoveringSlot);
+	// while it exists, no row may go.
+	Recovering SlotState
 	// Delivered and Margin are used when the slot is missing or lost.
 	Delivered *LastDelivery
 	Margin    time.Duration
@@ -42,7 +51,12 @@ type PruneGuard struct {
 
 // NeedsDelivered reports whether the slot cannot vouch for any row, so
 // that the last delivered event must (set Delivered).
-func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost }
+func (g PruneGuard) NeedsDelivered() bool {
+	return !g.recovering() && (!g.Slot.Exists || g.Slot.Lost || g.Slot.OtherDatabase)
+}
+
+// recovering reports an unfinished recovery of this database's slot.
+func (g PruneGuard) recovering() bool { return g.Recovering.Exists && !g.Recovering.OtherDatabase }
 
 // Condition returns an SQL condition over a row of the outbox table (its
 // time column timeCol), true for the rows that may be deleted, with its
@@ -50,6 +64,7 @@ func (g PruneGuard) NeedsDelivered() bool { return !g.Slot.Exists || g.Slot.Lost
 // FALSE.
 func (g PruneGuard) Condition(timeCol string, first int) (string, []any) {
 	switch {
+	case g.recovering():
 	case !g.NeedsDelivered() && g.Slot.CatalogXmin != 0:
 		// age() counts back from the same current id for both sides.
 		return fmt.Sprintf("age(xmin) > age($%d::text::xid)", first), []any{strconv.FormatUint(uint64(g.Slot.CatalogXmin), 10)}
@@ -71,6 +86,9 @@ func (g PruneGuard) Before() time.Time {
 // Reason says why the rows Condition refuses are kept.
 func (g PruneGuard) Reason() string {
 	switch {
+	case g.recovering():
+		return fmt.Sprintf("a recovery of replication slot %q is unfinished (its slot %q exists): its replay may not have sent them yet; "+
+			"run the recovery again (walrelay replay --since-last-delivered) to finish it", g.Slot.Name, g.Recovering.Name)
 	case !g.NeedsDelivered() && g.Slot.CatalogXmin != 0:
 		return fmt.Sprintf("their transactions are not older than the catalog_xmin %d of replication slot %q (confirmed up to %s): "+
 			"their events may not be in Kafka yet", g.Slot.CatalogXmin, g.Slot.Name, g.Slot.Confirmed)
@@ -85,7 +103,12 @@ func (g PruneGuard) Reason() string {
 }
 
 func slotGone(s SlotState) string {
-	if s.Lost {
+	switch {
+	case s.Exists && s.OtherDatabase && s.Database != "":
+		return fmt.Sprintf("a slot of another database (%s), not this table's", s.Database)
+	case s.Exists && s.OtherDatabase:
+		return "a physical slot, not this table's"
+	case s.Lost:
 		return "invalidated (wal_status lost)"
 	}
 	return "missing"
@@ -94,6 +117,11 @@ func slotGone(s SlotState) string {
 // ReadPruneGuard reads the slot over conn; when NeedsDelivered, set
 // Delivered (and Margin) before using the guard.
 func ReadPruneGuard(ctx context.Context, conn *pgx.Conn, slot string) (PruneGuard, error) {
-	st, err := ReadSlotState(ctx, conn, slot)
-	return PruneGuard{Slot: st, Margin: DefaultRecoveryMargin}, err
+	g := PruneGuard{Margin: DefaultRecoveryMargin}
+	var err error
+	if g.Slot, err = ReadSlotState(ctx, conn, slot); err != nil {
+		return g, err
+	}
+	g.Recovering, err = ReadSlotState(ctx, conn, RecoveringSlot(slot))
+	return g, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -37,8 +38,10 @@ const DefaultRecoveryMargin = time.Hour
 // them (replays' records left out).
 type LastDelivery struct {
 	Found bool
-	// Time is the record's timestamp: its transaction's commit time, or
-	// the mapped timestamp column's value (then earlier).
+	// Time is its transaction's commit time: the walrelay.commit_time
+	// header when the record has one (its timestamp is then a mapped
+	// column's value, from whatever clock the application used), else the
+	// record's timestamp.
 	Time      time.Time
 	Topic     string
 	Partition int32
@@ -193,7 +196,7 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 			}
 			found[tp{r.Topic, r.Partition}] = true
 			if !last.Found || newer(r, last) {
-				*last = LastDelivery{Found: true, Time: r.Timestamp.UTC(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+				*last = LastDelivery{Found: true, Time: commitTime(r), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 					ID: recordHeader(r, sink.HeaderID), LSN: recordHeader(r, sink.HeaderLSN), Topics: last.Topics}
 			}
 			return nil
@@ -213,11 +216,23 @@ func newestCommitted(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topi
 	return nil
 }
 
-// newer reports whether r is newer than last: a later timestamp, or the
-// same millisecond and a later WAL position.
+// commitTime is the commit time of r's transaction: its
+// walrelay.commit_time header, else its timestamp (records without the
+// header have the commit time as timestamp).
+func commitTime(r *kgo.Record) time.Time {
+	if h := recordHeader(r, sink.HeaderCommitTime); h != "" {
+		if t, err := time.Parse(time.RFC3339Nano, h); err == nil {
+			return t.UTC()
+		}
+	}
+	return r.Timestamp.UTC()
+}
+
+// newer reports whether r is newer than last: a later commit time, or the
+// same time and a later WAL position.
 func newer(r *kgo.Record, last *LastDelivery) bool {
-	if !r.Timestamp.Equal(last.Time) {
-		return r.Timestamp.After(last.Time)
+	if at := commitTime(r); !at.Equal(last.Time) {
+		return at.After(last.Time)
 	}
 	a, aerr := pglogrepl.ParseLSN(recordHeader(r, sink.HeaderLSN))
 	b, berr := pglogrepl.ParseLSN(last.LSN)
@@ -261,6 +276,12 @@ type SlotState struct {
 	Active      bool   // a process streams from it
 	CatalogXmin uint32 // 0 when NULL
 	Confirmed   string // confirmed_flush_lsn, "" when NULL
+	// OtherDatabase: the slot exists but is not a logical slot of the
+	// database read (slot names are cluster-wide); Database names its
+	// database ("" for a physical slot). Such a slot is not this
+	// database's walrelay slot and vouches for none of its rows.
+	OtherDatabase bool
+	Database      string
 }
 
 // ReadSlotState reads slot's row of pg_replication_slots over conn
@@ -275,6 +296,7 @@ func ReadSlotState(ctx context.Context, conn *pgx.Conn, slot string) (SlotState,
 		return st, err
 	}
 	st.Exists, st.Active, st.CatalogXmin = true, s.Active, s.CatalogXmin
+	st.Database, st.OtherDatabase = s.Database, s.Type != "logical" || !s.InCurrentDatabase
 	st.Lost = s.WALStatus == "lost"
 	if s.ConfirmedFlushLSN != 0 {
 		st.Confirmed = s.ConfirmedFlushLSN.String()
@@ -295,10 +317,25 @@ type RecoveryOptions struct {
 	Margin time.Duration
 }
 
+// RecoveringSlot is the name under which a recovery of slot keeps its new
+// slot until the replay has sent the gap: slot + "_recovering". While it
+// exists a recovery is unfinished: slot itself stays missing (walrelay run
+// does not stream, the last delivered event stays where the loss left it,
+// so a retried recovery starts from the same time) and prune deletes no
+// row (PruneGuard). HandOver renames it to slot.
+func RecoveringSlot(slot string) string { return slot + "_recovering" }
+
+// maxSlotName is the longest slot name Postgres accepts (NAMEDATALEN - 1).
+const maxSlotName = 63
+
 // Recovery is the plan of a replay after a lost slot: the rows committed
 // since the last delivered event, less the margin.
 type Recovery struct {
-	Slot      SlotState
+	Slot SlotState
+	// Pending is the slot an earlier recovery made and did not hand over
+	// (RecoveringSlot; Exists false when there is none): CreateSlot keeps
+	// it, so that nothing committed since it was made is missed.
+	Pending   SlotState
 	Delivered LastDelivery
 	Margin    time.Duration
 	// Since is where the replay starts: Delivered.Time - Margin; zero
@@ -337,6 +374,24 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	if rec.Slot, err = ReadSlotState(ctx, conn, slot); err != nil {
 		return rec, err
 	}
+	if rec.Slot.Exists && rec.Slot.OtherDatabase {
+		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
+			slot, slotGone(rec.Slot))
+	}
+	if n := len(RecoveringSlot(slot)); n > maxSlotName {
+		return rec, &OptionError{Option: "Replication.Slot", Err: fmt.Errorf("%q is too long for a recovery, which names its new slot %q (%d bytes, at most %d) until the hand-over",
+			slot, RecoveringSlot(slot), n, maxSlotName)}
+	}
+	if rec.Pending, err = ReadSlotState(ctx, conn, RecoveringSlot(slot)); err != nil {
+		return rec, err
+	}
+	if rec.Pending.Exists && rec.Pending.OtherDatabase {
+		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
+			rec.Pending.Name, slotGone(rec.Pending))
+	}
+	if rec.Slot.Exists && !rec.Slot.Lost && rec.Pending.Exists {
+		return rec, &RecoveryPendingError{Slot: rec.Slot, Pending: rec.Pending}
+	}
 	if rec.Slot.Exists && !rec.Slot.Lost {
 		return rec, &SlotInUseError{Slot: rec.Slot}
 	}
@@ -351,35 +406,154 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 	return rec, nil
 }
 
-// CreateSlot makes the new slot a recovery hands over to: it drops the
-// lost slot, if any, and creates the slot (and the publication, when
-// missing) as walrelay run does. Call it before the replay reads its
-// snapshot: every transaction committed before the slot's start is then in
-// the snapshot, and every later one is streamed by the slot, so nothing
-// falls between them.
-func (rec *Recovery) CreateSlot(ctx context.Context, opts RecoveryOptions) error {
-	if rec.Slot.Exists {
-		conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
-		if err != nil {
-			return err
-		}
-		err = dropLostSlot(ctx, conn, rec.Slot.Name)
-		conn.Close(context.Background())
-		if err != nil {
-			return fmt.Errorf("drop the lost slot %s: %w", rec.Slot.Name, err)
+// RecoveryPendingError refuses a recovery while both the slot and the
+// slot of an unfinished recovery (RecoveringSlot) exist: either a recovery
+// was interrupted between handing its slot over and dropping the pending
+// one (its replay had finished), or walrelay run created the slot while a
+// recovery was unfinished (its replay may not have sent the gap, and the
+// events run streamed since hide it).
+type RecoveryPendingError struct{ Slot, Pending SlotState }
+
+func (e *RecoveryPendingError) Error() string {
+	return fmt.Sprintf("replication slot %q exists, and so does %q, the slot of a recovery that did not finish: if that recovery printed "+
+		"\"recovery done\", drop %q (SELECT pg_drop_replication_slot('%s')); otherwise replay the gap with walrelay replay --since <the start that "+
+		"recovery printed> first, then drop it. Until it is dropped, prune deletes nothing", e.Slot.Name, e.Pending.Name, e.Pending.Name, e.Pending.Name)
+}
+
+// CreateSlot makes the new slot of a recovery, under RecoveringSlot's
+// name: it drops the lost slot, if any, and creates the slot (and the
+// publication, when missing) as walrelay run does; the slot of an earlier
+// recovery that did not finish (Pending) is kept instead, unless it was
+// invalidated too. Call it before the replay reads its snapshot: every
+// transaction committed before the slot's start is then in the snapshot,
+// and every later one is kept by the slot, so nothing falls between them;
+// call HandOver once the replay has sent everything. Reused reports a kept
+// slot.
+func (rec *Recovery) CreateSlot(ctx context.Context, opts RecoveryOptions) (reused bool, err error) {
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	for _, s := range []SlotState{rec.Slot, rec.Pending} {
+		if s.Exists {
+			if err := dropLostSlot(ctx, conn, s.Name); err != nil {
+				return false, fmt.Errorf("drop the lost slot %s: %w", s.Name, err)
+			}
 		}
 	}
+	slot := rec.slotName(opts)
+	pending, err := ReadSlotState(ctx, conn, RecoveringSlot(slot))
+	if err != nil {
+		return false, err
+	}
+	if pending.Exists && !pending.OtherDatabase {
+		rec.Pending = pending
+		return true, nil
+	}
 	rcfg := opts.Replication
-	rcfg.NoCreateSlot, rcfg.SlotMustExist = false, false
-	conn, err := replication.Open(ctx, rcfg)
+	rcfg.Slot, rcfg.NoCreateSlot, rcfg.SlotMustExist = RecoveringSlot(slot), false, false
+	rc, err := replication.Open(ctx, rcfg)
+	if err != nil {
+		return false, err
+	}
+	if !rc.Created {
+		_ = rc.Close(context.Background())
+		return false, fmt.Errorf("replication slot %q was created by another process meanwhile; drop it, then recover again", rcfg.Slot)
+	}
+	if err := rc.Close(context.Background()); err != nil {
+		return false, err
+	}
+	rec.Pending, err = ReadSlotState(ctx, conn, rcfg.Slot)
+	return false, err
+}
+
+// HandOver ends a recovery whose replay sent every row since Since: the
+// recovery's slot (RecoveringSlot) becomes the slot walrelay run streams
+// from (a copy under the slot's name, a failover slot when configured),
+// and the recovery's slot is dropped. Interrupted, it can be called again.
+func (rec *Recovery) HandOver(ctx context.Context, opts RecoveryOptions) error {
+	conn, err := connectPlain(ctx, opts.Replication.DSN, "walrelay recovery", opts.Replication.PasswordSource)
 	if err != nil {
 		return err
 	}
-	if !conn.Created {
-		_ = conn.Close(context.Background())
-		return fmt.Errorf("replication slot %q was created by another process meanwhile: its events may hide the gap; stop it and drop that slot, then recover again", rcfg.Slot)
+	defer conn.Close(context.Background())
+	slot := rec.slotName(opts)
+	pending := RecoveringSlot(slot)
+	st, err := ReadSlotState(ctx, conn, slot)
+	if err != nil {
+		return err
 	}
-	return conn.Close(context.Background())
+	q := replication.NewQuerier(conn.PgConn())
+	if !st.Exists {
+		if err := replication.CopySlot(ctx, q, pending, slot); err != nil {
+			return err
+		}
+		if opts.Replication.SlotFailover {
+			if err := replication.SetSlotFailover(ctx, opts.Replication, slot); err != nil {
+				return err
+			}
+		}
+	}
+	ps, err := ReadSlotState(ctx, conn, pending)
+	if err != nil {
+		return err
+	}
+	if ps.Exists && !ps.OtherDatabase {
+		if err := replication.DropSlot(ctx, q, pending); err != nil {
+			return err
+		}
+	}
+	rec.Slot, err = ReadSlotState(ctx, conn, slot)
+	rec.Pending = SlotState{Name: pending}
+	return err
+}
+
+// EventsLostError reports that events of a recovery's gap could not be
+// replayed: they were never kept as rows (a tableless outbox) or the
+// application deletes the rows it writes. They are lost: the slot that
+// held them is gone, and Kafka never received them.
+type EventsLostError struct {
+	Since  time.Time // the recovery's start (zero: all of the outbox)
+	Reason string
+}
+
+func (e *EventsLostError) Error() string {
+	since := "the last delivered event"
+	if !e.Since.IsZero() {
+		since = e.Since.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("events committed since %s could not be replayed and are lost (Kafka never received them, and the slot that held them is gone): %s",
+		since, e.Reason)
+}
+
+// Lost reports the events of the gap that a replay with ro, which ended
+// with replayErr, could not send (a *EventsLostError), or nil: tableless
+// events (ro.Decoder.MessagePrefix) are never rows, and a table whose rows
+// the application deletes has none to replay.
+func (rec *Recovery) Lost(ro ReplayOptions, replayErr error) error {
+	var (
+		nothing *NothingToReplayError
+		why     []string
+	)
+	if errors.As(replayErr, &nothing) && nothing.Unkept {
+		why = append(why, nothing.Reason)
+	}
+	if p := ro.Decoder.MessagePrefix; p != "" && (nothing == nil || !strings.Contains(nothing.Reason, "tableless")) {
+		why = append(why, fmt.Sprintf("the tableless outbox's events (logical messages with prefix %q) were never rows of a table", p))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return &EventsLostError{Since: rec.Since, Reason: strings.Join(why, "; ")}
+}
+
+// slotName is the slot recovered (default walrelay).
+func (rec *Recovery) slotName(opts RecoveryOptions) string {
+	if opts.Replication.Slot != "" {
+		return opts.Replication.Slot
+	}
+	return "walrelay"
 }
 
 // dropLostSlot drops slot if it is still lost (wal_status lost); a slot

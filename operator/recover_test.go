@@ -91,7 +91,8 @@ func TestLastDeliveredReadsBack(t *testing.T) {
 
 // TestPlanRecovery: a recovery refuses while the slot is valid; once it is
 // gone, it starts a margin before the last delivered event, and its new
-// slot is in place before the replay reads.
+// slot is in place before the replay reads, under a name of its own until
+// the hand-over (a second plan meanwhile is the same and keeps that slot).
 func TestPlanRecovery(t *testing.T) {
 	f := newReplayFixture(t, "recover_plan")
 	f.txn(t, [4]string{"a", "e", `'{}'`, `'{}'`})
@@ -103,9 +104,7 @@ func TestPlanRecovery(t *testing.T) {
 	if !errors.As(err, &inUse) {
 		t.Fatalf("recovery with the slot in place: %v, want a SlotInUseError", err)
 	}
-	f.Cancel()
-	f.Done <- <-f.Done // stopped; the cleanup's stop finds it so
-	f.PG.Exec("SELECT pg_drop_replication_slot($1)", f.Name)
+	f.stopAndDropSlot(t)
 	rec, err := PlanRecovery(ctx, recovery(f.opts, time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +112,29 @@ func TestPlanRecovery(t *testing.T) {
 	if rec.Slot.Exists || !rec.Delivered.Found || rec.Delivered.ID != ids[0] || !rec.Since.Equal(rec.Delivered.Time.Add(-time.Minute)) {
 		t.Fatalf("recovery plan %+v, want the last row %s delivered and a start a minute before it", rec, ids[0])
 	}
-	if err := rec.CreateSlot(ctx, recovery(f.opts, time.Minute)); err != nil {
+	if reused, err := rec.CreateSlot(ctx, recovery(f.opts, time.Minute)); err != nil || reused {
+		t.Fatalf("CreateSlot: reused %v, %v", reused, err)
+	}
+	// Until the hand-over, the new slot has a name of its own: the slot
+	// itself stays missing, and a second plan is the same.
+	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)", f.Name, RecoveringSlot(f.Name)); n != 1 || !rec.Pending.Exists {
+		t.Fatalf("%d slots named %s or %s after CreateSlot, want the latter only (%+v)", n, f.Name, RecoveringSlot(f.Name), rec.Pending)
+	}
+	again, err := PlanRecovery(ctx, recovery(f.opts, time.Minute))
+	if err != nil || !again.Since.Equal(rec.Since) || !again.Pending.Exists {
+		t.Fatalf("recovery planned again before the hand-over: %+v, %v; want the same start, the pending slot found", again, err)
+	}
+	if reused, err := again.CreateSlot(ctx, recovery(f.opts, time.Minute)); err != nil || !reused {
+		t.Fatalf("CreateSlot again: reused %v, %v; want the pending slot kept", reused, err)
+	}
+	if err := again.HandOver(ctx, recovery(f.opts, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.Name); n != 1 {
-		t.Fatalf("%d slots named %s after CreateSlot, want 1", n, f.Name)
+	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.Name); n != 1 || !again.Slot.Exists || again.Pending.Exists {
+		t.Fatalf("%d slots named %s after HandOver, want 1 (%+v)", n, f.Name, again)
+	}
+	if n := f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", RecoveringSlot(f.Name)); n != 0 {
+		t.Fatalf("the recovery's slot is left after HandOver")
 	}
 	if _, err := PlanRecovery(ctx, recovery(f.opts, time.Minute)); !errors.As(err, &inUse) {
 		t.Fatalf("recovery after the new slot: %v, want a SlotInUseError", err)

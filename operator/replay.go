@@ -169,7 +169,13 @@ type ReplayResult struct {
 // NothingToReplayError says why a replay has nothing to send before it
 // sends anything: a tableless outbox, rows deleted as they were written, or
 // a selection no row matches.
-type NothingToReplayError struct{ Reason string }
+type NothingToReplayError struct {
+	Reason string
+	// Unkept: the events were never kept as rows (a tableless outbox) or
+	// the application deletes the rows it writes, so a replay cannot send
+	// them, rather than no row being selected.
+	Unkept bool
+}
 
 func (e *NothingToReplayError) Error() string { return "nothing to replay: " + e.Reason }
 
@@ -253,7 +259,7 @@ func newReplayer(ro ReplayOptions) (*replayer, error) {
 	}
 	if len(ro.Decoder.Tables) == 0 {
 		return nil, &NothingToReplayError{Reason: fmt.Sprintf("walrelay reads a tableless outbox (logical messages with prefix %q): "+
-			"its events were never rows of a table, so no row can be published again", ro.Decoder.MessagePrefix)}
+			"its events were never rows of a table, so no row can be published again", ro.Decoder.MessagePrefix), Unkept: true}
 	}
 	ro.Decoder.HeartbeatPrefix = decoder.DefaultHeartbeatPrefix
 	if _, err := decoder.New(ro.Decoder); err != nil {
@@ -345,6 +351,11 @@ func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
 		return r.res, fmt.Errorf("begin the replay's snapshot: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, t := range tables {
+		if err := t.checkTimeNulls(ctx, tx); err != nil {
+			return r.res, err
+		}
+	}
 	var total int64
 	for _, t := range tables {
 		p, err := t.plan(ctx, tx, r.sel, r.fromFor(t))
@@ -427,6 +438,7 @@ func (r *replayer) dryRun(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 // nothing explains why no row is selected.
 func (r *replayer) nothing(ctx context.Context, tx pgx.Tx, tables []*outboxTable) error {
 	var reasons []string
+	unkept := false
 	for _, t := range tables {
 		st, err := t.stats(ctx, tx)
 		if err != nil {
@@ -434,6 +446,7 @@ func (r *replayer) nothing(ctx context.Context, tx pgx.Tx, tables []*outboxTable
 		}
 		switch {
 		case st.rows == 0 && st.inserted > 0 && st.deleted >= st.inserted:
+			unkept = true
 			reasons = append(reasons, fmt.Sprintf("outbox table %s holds no rows, and its statistics count as many deletes as inserts (%d): "+
 				"the application deletes the rows it writes (in the same transaction, or by a job of its own), "+
 				"so their events are only in Kafka; keep the rows and let walrelay prune delete them by age to be able to replay", t.name, st.inserted))
@@ -448,7 +461,7 @@ func (r *replayer) nothing(ctx context.Context, tx pgx.Tx, tables []*outboxTable
 				t.name, all.rows, t.timeCol, all.oldest.Format(time.RFC3339), all.newest.Format(time.RFC3339)))
 		}
 	}
-	return &NothingToReplayError{Reason: strings.Join(reasons, "; ")}
+	return &NothingToReplayError{Reason: strings.Join(reasons, "; "), Unkept: unkept}
 }
 
 // send reads every table's cursor and produces its rows.

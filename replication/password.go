@@ -17,7 +17,8 @@ import (
 // (ConnectConfig, ConnectPgx, and Connect and Open on top of them), so that
 // a PasswordSource is asked for a fresh password for each one: a reconnect
 // after a short-lived token expired asks again instead of reusing the DSN's
-// password read once at start.
+// password read once at start. Every session runs in TimeZone UTC
+// (sessionUTC).
 
 // PasswordSource supplies the password of each new Postgres connection: a
 // short-lived token from a cloud's identity service (RDS and Aurora IAM,
@@ -89,6 +90,8 @@ func (e *PasswordError) Unwrap() error { return e.Err }
 // DSN would reach without TLS are skipped unless they are local. Errors are pgconn's,
 // unexplained (see ExplainConnect).
 func ConnectConfig(ctx context.Context, pc *pgconn.Config, src PasswordSource) (*pgconn.PgConn, error) {
+	pc = pc.Copy()
+	pc.RuntimeParams = sessionUTC(pc.RuntimeParams)
 	if src == nil {
 		return pgconn.ConnectConfig(ctx, pc)
 	}
@@ -101,6 +104,8 @@ func ConnectConfig(ctx context.Context, pc *pgconn.Config, src PasswordSource) (
 
 // ConnectPgx is ConnectConfig for a pgx connection.
 func ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig, src PasswordSource) (*pgx.Conn, error) {
+	cfg = cfg.Copy()
+	cfg.RuntimeParams = sessionUTC(cfg.RuntimeParams)
 	if src == nil {
 		return pgx.ConnectConfig(ctx, cfg)
 	}
@@ -109,6 +114,24 @@ func ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig, src PasswordSource) (*
 		one.Host, one.Port, one.TLSConfig, one.Fallbacks, one.Password = h.Host, h.Port, h.TLSConfig, nil, password
 		return pgx.ConnectConfig(ctx, one)
 	})
+}
+
+// sessionUTC sets the session's TimeZone to UTC in a connection's runtime
+// parameters, replacing any the DSN gives: a timestamp without time zone
+// is then compared with a timestamptz, and converted to one, as UTC, the
+// way the decoder and replay read it (prune's cutoff and guard, the
+// retained span), whatever the server's or the role's TimeZone.
+func sessionUTC(params map[string]string) map[string]string {
+	if params == nil {
+		params = map[string]string{}
+	}
+	for k := range params {
+		if strings.EqualFold(k, "timezone") {
+			delete(params, k)
+		}
+	}
+	params["TimeZone"] = "UTC"
+	return params
 }
 
 // OpenPgx opens an ordinary pgx connection to dsn as application app (unless

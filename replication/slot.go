@@ -345,6 +345,31 @@ func (c *Conn) checkFailover(ctx context.Context, s Slot, exists bool) error {
 	return nil
 }
 
+// CopySlot creates the persistent logical slot dst as a copy of src
+// through q (pg_copy_logical_replication_slot): dst resumes where src
+// does, keeping the same WAL and catalog rows. src is left as it is. A copy
+// is never a failover slot (SetSlotFailover).
+func CopySlot(ctx context.Context, q Querier, src, dst string) error {
+	if _, err := q.queryRows(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", src, dst); err != nil {
+		return fmt.Errorf("copy slot %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// SetSlotFailover makes slot a failover slot (Postgres 17+) over a
+// replication connection opened with cfg.
+func SetSlotFailover(ctx context.Context, cfg Config, slot string) error {
+	c, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	if _, err := c.query(ctx, "ALTER_REPLICATION_SLOT "+pgx.Identifier{slot}.Sanitize()+" (FAILOVER true)"); err != nil {
+		return fmt.Errorf("make slot %s a failover slot: %w", slot, err)
+	}
+	return nil
+}
+
 // DropSlot drops the replication slot name through q. It fails while a
 // process streams from the slot; a slot that does not exist is an error too.
 func DropSlot(ctx context.Context, q Querier, name string) error {

@@ -30,6 +30,11 @@ const (
 	HeaderAggregateType = "aggregate_type"
 	HeaderLSN           = "walrelay.lsn"
 	HeaderXID           = "walrelay.xid"
+	// HeaderCommitTime is the transaction's commit time (RFC 3339, UTC),
+	// set when the record's timestamp is not it (a mapped timestamp column):
+	// what a recovery and prune read back as the time of the last
+	// delivered event, whatever clock the column came from.
+	HeaderCommitTime = "walrelay.commit_time"
 )
 
 // ErrTopicMissing reports a topic that does not exist while topic creation
@@ -653,6 +658,8 @@ func buildRecord(topic string, ev *decoder.Event, cloudEvents bool) (*kgo.Record
 	ts := ev.Timestamp
 	if ts.IsZero() {
 		ts = ev.CommitTime
+	} else if !ts.Equal(ev.CommitTime) && !ev.CommitTime.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderCommitTime, Value: []byte(ev.CommitTime.UTC().Format(time.RFC3339Nano))})
 	}
 	partition := int32(noPartition)
 	if ev.HasPartition {

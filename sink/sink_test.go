@@ -305,7 +305,7 @@ func TestBuildRecord(t *testing.T) {
 			mod:  func(e *decoder.Event) { e.Timestamp = eventTime; e.LSN = 0; e.XID = 0 },
 			headers: []hdr{
 				{"id", base.ID}, {"event_type", "OrderCreated"}, {"aggregate_type", "order"},
-				{"walrelay.lsn", "0/0"}, {"walrelay.xid", "0"},
+				{"walrelay.lsn", "0/0"}, {"walrelay.xid", "0"}, {"walrelay.commit_time", commitTime.UTC().Format(time.RFC3339Nano)},
 			},
 			value:     []byte(`{"total":12.5}`),
 			timestamp: eventTime,

@@ -60,21 +60,29 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	if err != nil {
 		return c.result("replay failed", err)
 	}
+	var (
+		rec  operator.Recovery
+		opts operator.RecoveryOptions
+	)
 	if cfg.SinceLastDelivered {
-		opts, err := cfg.Recovery(c.log)
-		if err != nil {
+		if opts, err = cfg.Recovery(c.log); err != nil {
 			return c.result("replay failed", err)
 		}
-		rec, err := operator.PlanRecovery(ctx, opts)
-		if err != nil {
+		if rec, err = operator.PlanRecovery(ctx, opts); err != nil {
 			return replayFailed(c, err)
 		}
 		printRecoveryPlan(c.stdout, rec)
 		if !cfg.DryRun {
-			if err := rec.CreateSlot(ctx, opts); err != nil {
+			reused, err := rec.CreateSlot(ctx, opts)
+			if err != nil {
 				return replayFailed(c, err)
 			}
-			fmt.Fprintf(c.stdout, "created replication slot %q: it keeps every transaction committed from now on for walrelay run\n", cfg.Slot)
+			if reused {
+				fmt.Fprintf(c.stdout, "kept replication slot %q of the unfinished recovery: it holds every transaction committed since that recovery began\n", rec.Pending.Name)
+			} else {
+				fmt.Fprintf(c.stdout, "created replication slot %q: it keeps every transaction committed from now on, and becomes %q once the replay has finished\n",
+					rec.Pending.Name, cfg.Slot)
+			}
 		}
 		ro.Selection.Since = rec.Since
 	}
@@ -87,22 +95,21 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	switch {
 	case errors.As(err, &nothing) && cfg.SinceLastDelivered:
 		fmt.Fprintf(c.stdout, "%s\n", nothing.Error())
-		if !cfg.DryRun {
-			fmt.Fprintln(c.stdout, handOver)
-		}
-		return ExitOK
+		return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, err))
 	case err != nil:
 		code := replayFailed(c, err)
 		switch {
 		case res.ResumeToken != "":
 			resumeSuggestion(cfg, res.ResumeToken).print(c)
 		case cfg.SinceLastDelivered && !cfg.DryRun:
-			// The new slot exists: a second recovery would refuse.
-			restartSuggestion(cfg, ro.Selection.Since).print(c)
+			retrySuggestion(cfg).print(c)
 		}
 		return code
 	case cfg.DryRun:
 		printDryRun(c.stdout, cfg, res)
+		if cfg.SinceLastDelivered {
+			return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, nil))
+		}
 		return ExitOK
 	}
 	printReplayed(c.stdout, cfg, res)
@@ -112,6 +119,28 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 		return ExitFailure
 	}
 	if cfg.SinceLastDelivered {
+		return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, nil))
+	}
+	return ExitOK
+}
+
+// finishRecovery ends a recovery whose replay sent every row it could:
+// the new slot is handed over (not in a dry run), and lost, the events it
+// could not replay, is reported (exit 1).
+func finishRecovery(ctx context.Context, c *call, cfg config.ReplayConfig, opts operator.RecoveryOptions, rec *operator.Recovery, lost error) int {
+	if !cfg.DryRun {
+		if err := rec.HandOver(ctx, opts); err != nil {
+			code := replayFailed(c, err)
+			retrySuggestion(cfg).print(c)
+			return code
+		}
+		fmt.Fprintf(c.stdout, "replication slot %q is in place: walrelay run streams from it every transaction committed since the recovery made it\n", cfg.Slot)
+	}
+	if lost != nil {
+		c.failed("recovery incomplete", lost)
+		return ExitFailure
+	}
+	if !cfg.DryRun {
 		fmt.Fprintln(c.stdout, handOver)
 	}
 	return ExitOK
@@ -132,23 +161,26 @@ func replayFailed(c *call, err error) int {
 
 // resumeSuggestion is the replay command that resumes from token: the same
 // settings but the time range and id (the token carries them).
+// A recovery's resumption is a recovery again (--since-last-delivered):
+// it keeps the unfinished recovery's slot, starts from the same time and
+// hands the slot over at the end.
 func resumeSuggestion(cfg config.ReplayConfig, token string) suggestion {
 	def := config.DefaultReplayConfig()
-	return newSuggestion("resume with", []string{"replay", "--resume=" + token}, &cfg, &def,
-		carried("since", "until", "since-last-delivered", "recovery-margin", "replay-id", "resume", "dry-run"))
+	words := []string{"replay", "--resume=" + token}
+	if cfg.SinceLastDelivered {
+		words = []string{"replay", "--since-last-delivered", "--resume=" + token}
+	}
+	return newSuggestion("resume with", words, &cfg, &def,
+		carried("since", "until", "since-last-delivered", "replay-id", "resume", "dry-run"))
 }
 
-// restartSuggestion is the replay that redoes a recovery whose replay
-// failed before Kafka acknowledged a row, now that its slot exists: the
-// same start, given explicitly.
-func restartSuggestion(cfg config.ReplayConfig, since time.Time) suggestion {
+// retrySuggestion is the recovery again, after a failure before Kafka
+// acknowledged a row: it keeps the unfinished recovery's slot and starts
+// from the same time.
+func retrySuggestion(cfg config.ReplayConfig) suggestion {
 	def := config.DefaultReplayConfig()
-	words := []string{"replay"}
-	if !since.IsZero() {
-		words = append(words, "--since="+since.UTC().Format(time.RFC3339Nano))
-	}
-	return newSuggestion("the new slot is in place; replay what it does not hold with", words, &cfg, &def,
-		carried("since", "until", "since-last-delivered", "recovery-margin", "resume", "dry-run"))
+	return newSuggestion("the recovery is unfinished (walrelay run and prune wait for it); run it again with", []string{"replay", "--since-last-delivered"}, &cfg, &def,
+		carried("since", "until", "since-last-delivered", "resume", "dry-run"))
 }
 
 // printRecoveryPlan says where the recovery starts and why.

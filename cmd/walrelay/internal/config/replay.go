@@ -104,8 +104,6 @@ func (c ReplayConfig) Validate() error {
 		return invalid("since-last-delivered", "the recovery starts at the last delivered event and replays everything after it; give no since or until")
 	case c.SinceLastDelivered && selection > 0:
 		return invalid("since-last-delivered", "the recovery replays every row since the last delivered event; a selection by id or type would leave the others out")
-	case c.SinceLastDelivered && c.Resume != "":
-		return invalid("since-last-delivered", "an interrupted recovery already created its slot: resume it with the resume token alone")
 	case c.RecoveryMargin < 0:
 		return invalid("recovery-margin", "must not be negative")
 	case c.Progress != ProgressAuto && c.Progress != ProgressBar && c.Progress != ProgressLog && c.Progress != ProgressNone:

@@ -69,6 +69,11 @@ func TestReplayConfig(t *testing.T) {
 	if cfg.RecoveryMargin != operator.DefaultRecoveryMargin {
 		t.Errorf("recovery margin %v, want the library's default %v", cfg.RecoveryMargin, operator.DefaultRecoveryMargin)
 	}
+	// A recovery resumes as a recovery: it keeps its pending slot and
+	// hands it over at the end.
+	if _, err := loadReplay("--since-last-delivered", "--resume", "tok"); err != nil {
+		t.Errorf("--since-last-delivered --resume: %v", err)
+	}
 	for _, c := range []struct {
 		args []string
 		key  string
@@ -79,7 +84,6 @@ func TestReplayConfig(t *testing.T) {
 		{[]string{"--resume", "tok", "--replay-id", "x"}, "replay-id"},
 		{[]string{"--since-last-delivered", "--since", "1d"}, "since-last-delivered"},
 		{[]string{"--since-last-delivered", "--event-type", "e"}, "since-last-delivered"},
-		{[]string{"--since-last-delivered", "--resume", "tok"}, "since-last-delivered"},
 		{[]string{"--recovery-margin", "-1h"}, "recovery-margin"},
 		{[]string{"--progress", "fancy"}, "progress"},
 		{[]string{"--progress-interval", "0"}, "progress-interval"},
