@@ -16,6 +16,8 @@
 //     event in Kafka; PlanRecovery and Recovery.CreateSlot
 //     (RecoveryOptions) find where a lost slot left off and hand over to a
 //     new one;
+//   - slotmark.go: MarkSlot (SlotMarkOptions) writes walrelay's mark of the
+//     slot a recovery creates, as run does before it creates one;
 //   - redrive.go: Redrive (RedriveOptions) sends dead-lettered events to
 //     their topics;
 //   - prune.go: Prune (PruneOptions) deletes old rows and drops old daily

@@ -96,7 +96,11 @@ func Run(ctx context.Context, opts Options) error {
 	stopSpan := startSpanPoll(ctx, opts, reg)
 	defer stopSpan()
 
-	if err := checkSlotHistory(ctx, opts, snk); err != nil {
+	m.slotRecoveries.Add(float64(opts.SlotRecoveries))
+	if err := guardSlot(ctx, opts, snk, log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	rcfg := opts.Replication
@@ -106,7 +110,7 @@ func Run(ctx context.Context, opts Options) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		return slotLostAtStart(slot, err)
 	}
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: opts.trackerCap()}, conn.Start)
 	if err != nil {

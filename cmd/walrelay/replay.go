@@ -56,6 +56,12 @@ var replayGroups = []string{config.GroupGeneral, config.GroupPostgres, config.Gr
 
 // replayCommand is `walrelay replay`.
 func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
+	return replay(ctx, cfg, c, handOver)
+}
+
+// replay runs the replay (or recovery) of cfg and prints its outcome; done
+// is the line that ends a recovery.
+func replay(ctx context.Context, cfg config.ReplayConfig, c *call, done string) int {
 	ro, err := cfg.Replay(c.log)
 	if err != nil {
 		return c.result("replay failed", err)
@@ -71,6 +77,13 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 		}
 		printRecoveryPlan(c.stdout, rec)
 		if !cfg.DryRun {
+			mo, err := cfg.SlotMark(c.log)
+			if err == nil {
+				err = operator.MarkSlot(ctx, mo)
+			}
+			if err != nil {
+				return replayFailed(c, err)
+			}
 			if err := rec.CreateSlot(ctx, opts); err != nil {
 				return replayFailed(c, err)
 			}
@@ -88,7 +101,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	case errors.As(err, &nothing) && cfg.SinceLastDelivered:
 		fmt.Fprintf(c.stdout, "%s\n", nothing.Error())
 		if !cfg.DryRun {
-			fmt.Fprintln(c.stdout, handOver)
+			fmt.Fprintln(c.stdout, done)
 		}
 		return ExitOK
 	case err != nil:
@@ -112,7 +125,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 		return ExitFailure
 	}
 	if cfg.SinceLastDelivered {
-		fmt.Fprintln(c.stdout, handOver)
+		fmt.Fprintln(c.stdout, done)
 	}
 	return ExitOK
 }
