@@ -28,6 +28,10 @@ func lostSlotWhileDown(t *testing.T, s *scenario, mode string, extra ...string) 
 	fw = newFaultWriter(t, s, s.env.pgDSN, newRandFrom(testRand(t)))
 	fw.deletePct = 0 // a recovery re-publishes kept rows; a row deleted in its transaction is lost with the slot
 	stop = fw.runSteady(faultSteady(t))
+	testwait.Eventually(t, time.Minute, "events committed before the loss", func() bool {
+		_, _, n, _ := fw.stats()
+		return n >= 200
+	})
 	waitSlotLSN(t, s.env.pgDSN, s.name, currentLSN(t, s.env.pgDSN), time.Minute, p)
 	p.kill9()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -88,10 +92,18 @@ func TestRunRecoversLostSlot(t *testing.T) {
 			env := requireEnv(t)
 			s := newScenario(t, env, "lostrec")
 			args, fw, stop, atLoss := lostSlotWhileDown(t, s, mode, "--on-slot-lost", "recover")
-			p := s.startArgsReady(args...)
-			if !querySlotExists(t, env.pgDSN, s.name) {
-				t.Fatal("no new slot after the recovery")
-			}
+			p := s.startArgs(args...)
+			testwait.Eventually(t, 3*time.Minute, "walrelay to recover and stream from the new slot", func() bool {
+				if p.exited() {
+					t.Fatalf("walrelay run with on-slot-lost recover exited: %s\n%s", p.exitStatus(), p.tail(12))
+				}
+				for _, m := range p.logLines() {
+					if m["msg"] == "streaming" {
+						return true
+					}
+				}
+				return false
+			})
 			time.Sleep(time.Second) // writes after the hand-over to the new slot
 			if err := stop(); err != nil {
 				t.Fatalf("workload: %v", err)
