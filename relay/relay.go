@@ -97,7 +97,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopSpan()
 
 	m.slotRecoveries.Add(float64(opts.SlotRecoveries))
-	if err := guardSlot(ctx, opts, snk, log); err != nil {
+	marker, err := guardSlot(ctx, opts, snk, log)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -105,6 +106,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	rcfg := opts.Replication
 	rcfg.PrimaryDSN = opts.HeartbeatDSN
+	rcfg.Marker = marker
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -138,6 +138,20 @@ func TestRefusesLostSlot(t *testing.T) {
 	if n := slots(); n != 1 {
 		t.Fatalf("%d slots after the accepted start, want 1", n)
 	}
+
+	// A first start refused before the slot is created (its table is
+	// missing) leaves no mark: once the table exists, the next start is a
+	// first start.
+	later := testOptions(f.DSN, f.Cluster.ListenAddrs(), "slotmark_later")
+	later.SlotMarkTopic, later.Logger = opts.SlotMarkTopic, opts.Logger
+	t.Cleanup(func() {
+		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotmark_later' AND NOT active")
+	})
+	if err := Run(ctx, later); err == nil || !strings.Contains(err.Error(), "slotmark_later_outbox") {
+		t.Fatalf("start without its table: %v, want the missing table named", err)
+	}
+	relaytest.CreateOutbox(t, f.DSN, "public.slotmark_later_outbox")
+	startsAndCreates(t, later, f)
 }
 
 // startsAndCreates runs the relay with opts until its slot is streamed,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrSlotMissing is the cause of ReadSlot's error for a slot that does not
@@ -232,6 +233,11 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				Fix:      fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or let walrelay create missing slots (only events written after its creation are relayed)", slot),
 				Settings: []string{"create-slot"}, Err: ErrMissing}
 		}
+		if m := c.cfg.Marker; m != nil {
+			if err := m.Mark(ctx); err != nil {
+				return err
+			}
+		}
 		var res pglogrepl.CreateReplicationSlotResult
 		if c.Standby && c.cfg.PrimaryDSN != "" {
 			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN, c.cfg.PasswordSource)
@@ -244,6 +250,10 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
 		}
 		if err != nil {
+			var pe *pgconn.PgError
+			if m := c.cfg.Marker; m != nil && !(errors.As(err, &pe) && pe.Code == "42710") { // 42710: another process made it first
+				m.Unmark(context.WithoutCancel(ctx))
+			}
 			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 		}
 		lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)

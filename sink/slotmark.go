@@ -62,6 +62,20 @@ func (s *Sink) WriteSlotMark(ctx context.Context, topic string, rf int16, m Slot
 	return nil
 }
 
+// DeleteSlotMark writes the tombstone of key (SlotMarkKey) to topic: the
+// slot it marked was not created after all.
+func (s *Sink) DeleteSlotMark(ctx context.Context, topic, key string) error {
+	cl, err := s.NewClient(kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key)}).FirstErr(); err != nil {
+		return fmt.Errorf("kafka: delete the slot mark %q from %q: %w", key, topic, err)
+	}
+	return nil
+}
+
 // ReadSlotMark returns the mark of key (SlotMarkKey) in topic; ok is false
 // when there is none, also when the topic does not exist. It reads as
 // ReadCheckpoint does.
@@ -70,7 +84,7 @@ func (s *Sink) ReadSlotMark(ctx context.Context, topic, key string) (m SlotMark,
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return m, false, nil
-	case err != nil || rec == nil:
+	case err != nil || rec == nil || rec.Value == nil: // nil: deleted (DeleteSlotMark)
 		return m, false, err
 	}
 	if err := json.Unmarshal(rec.Value, &m); err != nil {
