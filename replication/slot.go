@@ -221,7 +221,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	if !exists {
 		if c.cfg.SlotMustExist {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q disappeared while walrelay was using it: events committed after its last confirmed position may have been skipped", c.cfg.Slot),
-				Fix: "find out who dropped it; recover with walrelay replay --since-last-delivered (it re-publishes the rows committed since the last delivered event and creates the new slot), then start walrelay again",
+				Fix: "find out who dropped it; recover with a replay since the last delivered event (it re-publishes the rows committed since then and creates the new slot), then start walrelay again",
 				Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System}}
 		}
 		if c.cfg.NoCreateSlot {
@@ -276,7 +276,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}
 	case s.WALStatus == "lost":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
-			Fix: "recover with walrelay replay --since-last-delivered (it re-publishes the rows committed since the last delivered event, drops the lost slot and creates the new one), then start walrelay again; raise max_slot_wal_keep_size",
+			Fix: "recover with a replay since the last delivered event (it re-publishes the rows committed since then, drops the lost slot and creates the new one), then start walrelay again; raise max_slot_wal_keep_size",
 			Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System, Invalidated: invalidation(s)}}
 	case s.ConfirmedFlushLSN == 0:
 		return fmt.Errorf("slot %s: no confirmed_flush_lsn", c.cfg.Slot)
