@@ -152,6 +152,20 @@ func TestRefusesLostSlot(t *testing.T) {
 	}
 	relaytest.CreateOutbox(t, f.DSN, "public.slotmark_later_outbox")
 	startsAndCreates(t, later, f)
+
+	// A slot made without a mark (by hand, or by a release without marks)
+	// gets one when Run streams from it: its later loss is refused too.
+	byHand := later
+	byHand.Replication.Slot = "slotmark_byhand"
+	t.Cleanup(func() {
+		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotmark_byhand' AND NOT active")
+	})
+	f.PG.Exec("SELECT pg_create_logical_replication_slot('slotmark_byhand', 'pgoutput')")
+	startsAndCreates(t, byHand, f)
+	f.PG.Exec("SELECT pg_drop_replication_slot('slotmark_byhand')")
+	if err := Run(ctx, byHand); !errors.As(err, &lost) || !lost.Marked {
+		t.Fatalf("start without the slot made by hand, marked by the last start: %v, want a SlotLostError from walrelay's mark", err)
+	}
 }
 
 // startsAndCreates runs the relay with opts until its slot is streamed,
