@@ -38,7 +38,11 @@
 //     replay_send.go), and in exactly-once mode never fences the relay's
 //     producer (a transactional id of its own: replay.go);
 //   - a redrive remembers what it sent (its group's committed offsets) only
-//     once Kafka acknowledged it (redrive.go);
+//     once Kafka acknowledged it, and marks done only records its second
+//     pass saw and acted on, reading the very ranges its first pass read
+//     (redrive.go: run, settle); its bounded memory of records left behind
+//     never stops it short of a selected record for good (planPartition);
+//     a dry run decides through the same redrive function as a redrive;
 //   - a prune guard lets a row go only once the slot confirmed past its
 //     transaction, or, with the slot gone, once it is older than the last
 //     delivered event less the margin (pruneguard.go); a daily partition is

@@ -37,6 +37,9 @@ import (
 // cannot go, is dead-lettered again with walrelay.dlq.attempts counting the
 // tries, so a later redrive sees it again. Progress is kept in a consumer
 // group's committed offsets: a second redrive sends nothing the first sent.
+// The commit metadata remembers a bounded number of records left behind
+// (not selected, or of a transaction still open); past it, those before a
+// selected record are copied to the end of their partition (planPartition).
 
 // DefaultRedriveGroup is the consumer group that remembers what was
 // redriven.
@@ -75,6 +78,9 @@ type RedriveOptions struct {
 	// OnRecord, when set, is called for each selected record with what
 	// was (or with DryRun would be) done, on the calling goroutine.
 	OnRecord func(RedriveItem)
+
+	// maxLeft replaces maxLeft when positive (tests).
+	maxLeft int
 }
 
 // RedriveOutcome is what a redrive did with one record.
@@ -117,8 +123,16 @@ type RedriveResult struct {
 	// Left counts the records the selection left for a later redrive
 	// (not matching, or of a transaction still open).
 	Left int64
-	// Deferred counts the records not looked at because more records left
-	// behind than the group can remember came before them; redrive again.
+	// Moved counts the records left behind that were copied to the end of
+	// the dead-letter topic (with DryRun: would be) because more were left
+	// behind in their partition than the group can remember and a selected
+	// record came after them: the copy stays for a later redrive, the
+	// original counts as done.
+	Moved int64
+	// Deferred counts the offsets not redriven yet because more records of
+	// open transactions than the group can remember came before them (or,
+	// with nothing selected after them, more records left behind);
+	// redrive again.
 	Deferred int64
 }
 
@@ -149,7 +163,9 @@ func Redrive(ctx context.Context, opts RedriveOptions) (RedriveResult, error) {
 	if err != nil {
 		return res, &OptionError{Option: "Decoder", Err: err}
 	}
-	snk, err := sink.New(opts.Sink, sink.WithLogger(opts.Logger))
+	scfg := opts.Sink
+	scfg.ValidateOnlyTopics = opts.DryRun // a dry run creates no topic
+	snk, err := sink.New(scfg, sink.WithLogger(opts.Logger))
 	if err != nil {
 		return res, err
 	}
@@ -180,6 +196,8 @@ type redriver struct {
 	conn   *pgx.Conn               // for rows, opened on first use
 	tables map[string]*outboxTable // by schema.name, inspected on first use
 	out    decoder.Output
+	// warnedTime: a dead letter without HeaderDLQCommitTime was said.
+	warnedTime bool
 }
 
 func (r *redriver) close() {
@@ -258,66 +276,69 @@ func (r *redriver) run(ctx context.Context) error {
 		before[o.Partition] = p
 		ranges[topic][o.Partition] = sink.OffsetRange{From: p.committed, To: o.Offset}
 	})
-	// Pass one: which records this run leaves behind; a partition is read
-	// only as far as the group can remember them.
-	left := map[int32][]int64{}
-	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
-		p := before[rec.Partition]
-		switch {
-		case st == sink.RecordAborted || p.done(rec.Offset):
-		case st == sink.RecordOpen || !r.selected(rec):
-			left[rec.Partition] = append(left[rec.Partition], rec.Offset)
+	// Pass one: which records this run leaves behind (not selected, or of a
+	// transaction still open) and where the selected ones are; from these,
+	// how far each partition's progress can go (plan).
+	var plans map[int32]*partPlan
+	{
+		left := map[int32][]int64{}
+		open := map[int32]map[int64]bool{}
+		lastSelected := map[int32]int64{}
+		err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
+			part := rec.Partition
+			switch {
+			case st == sink.RecordAborted || before[part].done(rec.Offset):
+			case st == sink.RecordOpen:
+				left[part] = append(left[part], rec.Offset)
+				if open[part] == nil {
+					open[part] = map[int64]bool{}
+				}
+				open[part][rec.Offset] = true
+			case !r.selected(rec):
+				left[part] = append(left[part], rec.Offset)
+			default:
+				if last, ok := lastSelected[part]; !ok || rec.Offset > last {
+					lastSelected[part] = rec.Offset
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for part, offs := range left {
-		slices.Sort(offs)
-		if len(offs) > maxLeft {
-			rg := ranges[topic][part]
-			rg.To = offs[maxLeft]
-			ranges[topic][part] = rg
-			offs = offs[:maxLeft]
-			left[part] = offs
+		plans = map[int32]*partPlan{}
+		for part, rg := range ranges[topic] {
+			last, ok := lastSelected[part]
+			if !ok {
+				last = -1
+			}
+			plans[part] = planPartition(rg.To, left[part], open[part], last, r.limit())
 		}
-		r.res.Left += int64(len(offs))
 	}
-	for part, rg := range ranges[topic] {
-		e, _ := ends.Lookup(topic, part)
-		r.res.Deferred += e.Offset - rg.To
+	for part, pl := range plans {
+		r.res.Moved += int64(len(pl.move))
+		r.res.Deferred += ranges[topic][part].To - pl.cut
 	}
 	if r.res.Deferred > 0 {
 		r.opts.Logger.Warn("dlq redrive: more records are left behind than the group can remember; the rest waits for the next redrive",
 			"topic", topic, "deferred_offsets", r.res.Deferred)
 	}
-	// Pass two: redrive the selected records.
+	if r.res.Moved > 0 && !r.opts.DryRun {
+		r.opts.Logger.Warn("dlq redrive: more records are left behind than the group can remember; copying the oldest to the end of the dead-letter topic",
+			"topic", topic, "moved", r.res.Moved)
+	}
+	// Pass two reads the very ranges pass one read, so that every record is
+	// in the same state (a transaction whose marker lies past a plan's cut
+	// is still seen committed), and acts on the records below each cut: it
+	// redrives the selected ones and copies the planned ones forward. What
+	// it leaves behind is recorded as it goes: the commit marks done only
+	// what this pass sent, copied, or found needing nothing.
 	var mu sync.Mutex
 	var sendErr error // the first record Kafka did not take
 	produceCtx, cancelProduce := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelProduce()
-	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
-		if st != sink.RecordCommitted || before[rec.Partition].done(rec.Offset) || !r.selected(rec) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.res.Selected++
-		item, out, err := r.redrive(ctx, rec)
-		if err != nil {
-			return err
-		}
-		if r.opts.OnRecord != nil {
-			r.opts.OnRecord(item)
-		}
-		if r.opts.DryRun || item.Outcome == RedriveFiltered {
-			if item.Outcome == RedriveFiltered {
-				r.res.Filtered++
-			}
-			return nil
-		}
+	left := map[int32][]int64{}
+	send := func(out sink.Record, rec *kgo.Record, count func()) {
 		offset, partition := rec.Offset, rec.Partition
 		r.snk.Send(produceCtx, out, func(err error) {
 			mu.Lock()
@@ -328,6 +349,52 @@ func (r *redriver) run(ctx context.Context) error {
 				}
 				return
 			}
+			count()
+		})
+	}
+	err = sink.ReadRanges(ctx, r.cl, ranges, func(rec *kgo.Record, st sink.RecordState) error {
+		pl := plans[rec.Partition]
+		if rec.Offset >= pl.cut || st == sink.RecordAborted || before[rec.Partition].done(rec.Offset) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if st == sink.RecordCommitted && pl.move[rec.Offset] {
+			if r.opts.DryRun {
+				return nil
+			}
+			out, err := retryPrepare(ctx, r.opts.Logger, recordHeader(rec, sink.HeaderID), func() (sink.Record, error) {
+				return r.snk.PrepareDeadLetterCopy(ctx, rec, recordHeader(rec, sink.HeaderID))
+			})
+			if err != nil {
+				return err
+			}
+			send(out, rec, func() {})
+			return nil
+		}
+		if st != sink.RecordCommitted || !r.selected(rec) {
+			left[rec.Partition] = append(left[rec.Partition], rec.Offset)
+			return nil
+		}
+		r.res.Selected++
+		item, out, err := r.redrive(ctx, rec)
+		if err != nil {
+			return err
+		}
+		if r.opts.DryRun && item.Outcome == RedriveSent {
+			item.Outcome = RedriveWouldSend
+		}
+		if r.opts.OnRecord != nil {
+			r.opts.OnRecord(item)
+		}
+		if r.opts.DryRun || item.Outcome == RedriveFiltered {
+			if item.Outcome == RedriveFiltered {
+				r.res.Filtered++
+			}
+			return nil
+		}
+		send(out, rec, func() {
 			switch {
 			case item.Outcome == RedriveDeadLettered:
 				r.res.DeadLettered++
@@ -341,6 +408,7 @@ func (r *redriver) run(ctx context.Context) error {
 		return nil
 	})
 	ferr := r.snk.Flush(context.WithoutCancel(ctx))
+	progress := r.settle(plans, left)
 	if r.opts.DryRun {
 		return err
 	}
@@ -357,20 +425,89 @@ func (r *redriver) run(ctx context.Context) error {
 		// sends again what this one sent (consumers deduplicate on id).
 		return err
 	}
-	return r.commit(ctx, ranges[topic], left)
+	return r.commit(ctx, progress)
 }
 
-// commit records the partitions' progress: every offset of their ranges is
-// done but those in left.
-func (r *redriver) commit(ctx context.Context, ranges map[int32]sink.OffsetRange, left map[int32][]int64) error {
-	offs := kadm.Offsets{}
-	for part, rg := range ranges {
-		l := left[part]
-		slices.Sort(l)
-		p := partProgress{committed: rg.To, end: rg.To}
-		if len(l) > 0 {
-			p = partProgress{committed: l[0], end: rg.To, left: l}
+// limit is the most records left behind a partition's progress remembers.
+func (r *redriver) limit() int {
+	if r.opts.maxLeft > 0 {
+		return r.opts.maxLeft
+	}
+	return maxLeft
+}
+
+// partPlan is how far one partition's progress goes in a redrive: the
+// records below cut are acted on, and those in move, left behind, are
+// copied to the end of the dead-letter topic (their originals then count
+// as done).
+type partPlan struct {
+	cut  int64
+	move map[int64]bool
+}
+
+// planPartition plans a partition read up to end in which pass one left
+// the records at offsets left behind (open: of a transaction still open)
+// and found the last selected record at lastSelected (-1: none), for a
+// progress that remembers up to limit records left behind. Within the
+// limit the whole range is acted on. Beyond it, when a selected record
+// comes after the limit's cut, the oldest records left behind that can be
+// copied (not of an open transaction) are copied forward until the rest
+// fits, so repeated redrives always reach every selected record; otherwise
+// (nothing selected after the cut, or too many records of open
+// transactions) the range is cut before the first record the progress
+// cannot remember, and the rest waits for a later redrive.
+func planPartition(end int64, left []int64, open map[int64]bool, lastSelected int64, limit int) *partPlan {
+	pl := &partPlan{cut: end}
+	slices.Sort(left)
+	if len(left) <= limit {
+		return pl
+	}
+	if lastSelected > left[limit] {
+		pl.move = map[int64]bool{}
+		excess := len(left) - limit
+		kept := make([]int64, 0, len(left))
+		for _, o := range left {
+			if len(pl.move) < excess && !open[o] {
+				pl.move[o] = true
+				continue
+			}
+			kept = append(kept, o)
 		}
+		left = kept
+	}
+	if len(left) > limit {
+		pl.cut = left[limit]
+	}
+	return pl
+}
+
+// settle returns each partition's progress after pass two: every offset
+// below the plan's cut is done but those in left. The progress keeps the
+// first limit of them; with more, its end moves down to the next one
+// (counted as deferred).
+func (r *redriver) settle(plans map[int32]*partPlan, left map[int32][]int64) map[int32]partProgress {
+	progress := map[int32]partProgress{}
+	for part, pl := range plans {
+		l, end := left[part], pl.cut
+		slices.Sort(l)
+		if len(l) > r.limit() {
+			end, l = l[r.limit()], l[:r.limit()]
+			r.res.Deferred += pl.cut - end
+		}
+		r.res.Left += int64(len(l))
+		p := partProgress{committed: end, end: end}
+		if len(l) > 0 {
+			p = partProgress{committed: l[0], end: end, left: l}
+		}
+		progress[part] = p
+	}
+	return progress
+}
+
+// commit records the partitions' progress.
+func (r *redriver) commit(ctx context.Context, progress map[int32]partProgress) error {
+	offs := kadm.Offsets{}
+	for part, p := range progress {
 		offs.Add(kadm.Offset{Topic: r.res.Topic, Partition: part, At: p.committed, LeaderEpoch: -1, Metadata: p.String()})
 	}
 	return r.commitOffsets(context.WithoutCancel(ctx), offs)
@@ -424,8 +561,11 @@ func (r *redriver) selected(rec *kgo.Record) bool {
 	return r.opts.Until.IsZero() || rec.Timestamp.Before(r.opts.Until)
 }
 
-// redrive makes rec's record for its topic, or, when it still fails, for
-// the dead-letter topic again; with DryRun it only says which.
+// redrive decides what becomes of rec and makes its record: for its topic,
+// or, when it still fails, for the dead-letter topic again. A dry run takes
+// this same path (the record made, its topic looked up, its schema and size
+// checked) and only does not send it, so what it lists is what a redrive
+// does.
 func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, sink.Record, error) {
 	item := RedriveItem{Partition: rec.Partition, Offset: rec.Offset, ID: recordHeader(rec, sink.HeaderID),
 		Reason: recordHeader(rec, sink.HeaderDLQReason), Intended: recordHeader(rec, sink.HeaderDLQTopic), Table: recordHeader(rec, sink.HeaderDLQTable)}
@@ -444,11 +584,6 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 			item.Outcome = RedriveFiltered
 			return item, sink.Record{}, nil
 		}
-		if r.opts.DryRun {
-			item.Target, _ = r.snk.Topic(ev)
-			item.Outcome = RedriveWouldSend
-			return item, sink.Record{}, nil
-		}
 		p, err := prepareEvent(ctx, r.snk, ev, false, r.opts.Logger)
 		if err != nil {
 			return item, sink.Record{}, err
@@ -465,13 +600,6 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 		return item, sink.Record{}, err
 	}
 	cause := storedCause(rec, item.Reason, t)
-	if r.opts.DryRun {
-		item.Outcome, item.Target = RedriveWouldSend, item.Intended
-		if cause != nil {
-			item.Outcome, item.Target, item.Cause = RedriveDeadLettered, r.res.Topic, cause
-		}
-		return item, sink.Record{}, nil
-	}
 	if cause == nil {
 		stored := *rec
 		stored.Topic = item.Intended
@@ -498,7 +626,7 @@ func (r *redriver) redrive(ctx context.Context, rec *kgo.Record) (RedriveItem, s
 
 // fromRow returns the event of the row id of table (schema.name) when the
 // row is still there, nil otherwise, with the dead-letter record's WAL
-// position and time.
+// position and commit time.
 func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id string) (*decoder.Event, error) {
 	t, err := r.table(ctx, table)
 	if t == nil || err != nil || id == "" {
@@ -508,7 +636,7 @@ func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id strin
 	if vals == nil || err != nil {
 		return nil, err
 	}
-	if err := r.dec.DecodeRow(t.name, t.cols, vals, rec.Timestamp, &r.out); err != nil {
+	if err := r.dec.DecodeRow(t.name, t.cols, vals, r.commitTime(rec), &r.out); err != nil {
 		return nil, fmt.Errorf("redrive event %s: %w", id, err)
 	}
 	ev := &r.out.Event
@@ -517,6 +645,23 @@ func (r *redriver) fromRow(ctx context.Context, rec *kgo.Record, table, id strin
 		ev.XID = uint32(x)
 	}
 	return ev, nil
+}
+
+// commitTime is the commit time of rec's event: its HeaderDLQCommitTime,
+// to the microsecond. A dead letter written before walrelay wrote that
+// header has only its Kafka timestamp, to the millisecond (the event's
+// commit time, or its timestamp column's value when the table has one);
+// that is used then, and said once per redrive.
+func (r *redriver) commitTime(rec *kgo.Record) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, recordHeader(rec, sink.HeaderDLQCommitTime)); err == nil {
+		return t
+	}
+	if !r.warnedTime {
+		r.warnedTime = true
+		r.opts.Logger.Warn("dlq redrive: a dead letter has no "+sink.HeaderDLQCommitTime+" header (dead-lettered by an older walrelay): its event is made again with its Kafka timestamp as commit time, to the millisecond (ce_time, and the record timestamp when the table has no timestamp column)",
+			"partition", rec.Partition, "offset", rec.Offset, "id", recordHeader(rec, sink.HeaderID))
+	}
+	return rec.Timestamp
 }
 
 // table returns the configured outbox table name (schema.name) as

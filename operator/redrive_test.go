@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -232,4 +233,112 @@ func TestRedriveWaitsForTheGroupCoordinator(t *testing.T) {
 	if res, err := redrive(context.Background(), f.opts, RedriveOptions{}); err != nil || res.Sent != 0 {
 		t.Fatalf("second redrive: %+v, %v; want nothing sent (the progress was committed)", res, err)
 	}
+}
+
+// TestRedriveDryRunPredictsTheRedrive: for dead letters of several
+// reasons, from their rows and from stored records, with the cause gone
+// and still there, what a dry run lists is what the redrive then does.
+func TestRedriveDryRunPredictsTheRedrive(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	refuseTopics(cluster, ".refused")
+	allow := refuseTopics(cluster, ".lifted")
+	f := newReplayFixtureOn(t, "redrive_dry", cluster, relaytest.CreateOutbox, func(o *relay.Options) { o.Sink.Topic = "redrive_dry.{event_type}" })
+	ctx := context.Background()
+	emptyStill := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	emptyFixed := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	refusedStill := f.txn(t, [4]string{"a", "refused", `'{}'`, `'{}'`})[0]
+	lifted := f.txn(t, [4]string{"b", "lifted", `'{}'`, `'{}'`})[0]
+	liftedGone := f.txn(t, [4]string{"c", "lifted", `'{}'`, `'{}'`})[0]
+	emptyGone := f.txn(t, [4]string{"", "ok", `'{}'`, `'{}'`})[0]
+	refusedGone := f.txn(t, [4]string{"d", "refused", `'{}'`, `'{}'`})[0]
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 7)
+	allow()
+	f.PG.Exec("UPDATE "+f.table+" SET aggregate_id = 'fixed' WHERE id = $1", emptyFixed)
+	f.PG.Exec("DELETE FROM "+f.table+" WHERE id = ANY($1::uuid[])", []string{liftedGone, emptyGone, refusedGone})
+
+	type outcome struct {
+		Outcome RedriveOutcome
+		Target  string
+		FromRow bool
+	}
+	dlq := sink.DefaultDLQTopic
+	want := map[string]outcome{
+		emptyStill:   {RedriveDeadLettered, dlq, true},
+		emptyFixed:   {RedriveSent, "redrive_dry.ok", true},
+		refusedStill: {RedriveDeadLettered, dlq, true},
+		lifted:       {RedriveSent, "redrive_dry.lifted", true},
+		liftedGone:   {RedriveSent, "redrive_dry.lifted", false},
+		emptyGone:    {RedriveDeadLettered, dlq, false},
+		refusedGone:  {RedriveDeadLettered, dlq, false},
+	}
+	run := func(dryRun bool) map[string]outcome {
+		got := map[string]outcome{}
+		_, err := redrive(ctx, f.opts, RedriveOptions{DryRun: dryRun, OnRecord: func(it RedriveItem) {
+			o := outcome{it.Outcome, it.Target, it.FromRow}
+			if o.Outcome == RedriveWouldSend {
+				o.Outcome = RedriveSent
+			}
+			got[it.ID] = o
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	dry := run(true)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has("redrive_dry.lifted") {
+		t.Errorf("the dry run created redrive_dry.lifted")
+	}
+	real := run(false)
+	for id, w := range want {
+		if dry[id] != real[id] {
+			t.Errorf("%s: the dry run said %+v, the redrive did %+v", id, dry[id], real[id])
+		}
+		if real[id] != w {
+			t.Errorf("%s: the redrive did %+v, want %+v", id, real[id], w)
+		}
+	}
+}
+
+// TestRedriveKeepsTheCommitTime: an event made again from its row keeps its
+// transaction's commit time to the microsecond (the dead letter's Kafka
+// timestamp has milliseconds only): its ce_time is that of a record of the
+// same transaction that went to its topic at once.
+func TestRedriveKeepsTheCommitTime(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	allow := refuseTopics(cluster, ".refused")
+	f := newReplayFixtureOn(t, "redrive_time", cluster, relaytest.CreateOutbox, func(o *relay.Options) {
+		o.Sink.Topic, o.Sink.CloudEvents = "redrive_time.{event_type}", true
+	})
+	ids := f.txn(t, [4]string{"a", "ok", `'{}'`, `'{}'`}, [4]string{"b", "refused", `'{}'`, `'{}'`})
+	live := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive_time.ok", 1)[0]
+	relaytest.ConsumeAll(t, cluster.ListenAddrs(), sink.DefaultDLQTopic, 1)
+	allow()
+	res, err := redrive(context.Background(), f.opts, RedriveOptions{})
+	if err != nil || res.Sent != 1 || res.FromRow != 1 {
+		t.Fatalf("redrive: %+v, %v; want the dead letter sent from its row", res, err)
+	}
+	redriven := relaytest.ConsumeAll(t, cluster.ListenAddrs(), "redrive_time.refused", 1)[0]
+	lt, rt := relaytest.HeaderValue(live, sink.HeaderCETime), relaytest.HeaderValue(redriven, sink.HeaderCETime)
+	if relaytest.HeaderValue(redriven, sink.HeaderID) != ids[1] || lt == "" || rt != lt {
+		t.Fatalf("redriven %s has ce_time %q; the live record of its transaction %q", relaytest.HeaderValue(redriven, sink.HeaderID), rt, lt)
+	}
+	t.Logf("ce_time %s", lt)
 }

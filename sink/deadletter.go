@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -21,6 +22,11 @@ const (
 	HeaderDLQTable          = "walrelay.dlq.table"
 	HeaderDLQTopic          = "walrelay.dlq.topic"
 	HeaderDLQPayloadOmitted = "walrelay.dlq.payload_omitted_bytes"
+	// HeaderDLQCommitTime is the commit time of the event's transaction
+	// (RFC 3339, to the microsecond Postgres keeps; the record's Kafka
+	// timestamp has milliseconds only): a redrive makes the event again with
+	// it.
+	HeaderDLQCommitTime = "walrelay.dlq.commit_time"
 )
 
 // DefaultDLQTopic is the default dead-letter topic.
@@ -68,7 +74,8 @@ func (s *Sink) sizeLimit(m topicMeta) int {
 
 // PrepareDeadLetter makes ev's record for the dead-letter topic with the
 // reason in headers: reason (a short code), the error text, the source
-// table, the topic the event was meant for, and the usual id, event_type,
+// table, the topic the event was meant for, the commit time to the
+// microsecond (HeaderDLQCommitTime), and the usual id, event_type,
 // aggregate_type, walrelay.lsn and walrelay.xid. The value is the payload,
 // or null with walrelay.dlq.payload_omitted_bytes when the payload itself is
 // too large for the dead-letter topic. Errors are as for Prepare; one that
@@ -90,6 +97,9 @@ func (s *Sink) PrepareDeadLetter(ctx context.Context, ev *decoder.Event, intende
 		kgo.RecordHeader{Key: HeaderDLQTable, Value: []byte(ev.Table)},
 		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(intended)},
 	)
+	if !ev.CommitTime.IsZero() {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQCommitTime, Value: []byte(ev.CommitTime.UTC().Format(time.RFC3339Nano))})
+	}
 	spanReason(rec, reason)
 	if recordSize(rec) > s.sizeLimit(m) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderDLQPayloadOmitted, Value: []byte(strconv.Itoa(len(rec.Value)))})

@@ -134,11 +134,32 @@ func (r Record) WithHeader(key string, value []byte) Record {
 // timestamp, with HeaderDLQError set to cause and HeaderDLQAttempts to
 // attempts. Errors are as for PrepareDeadLetter.
 func (s *Sink) PrepareDeadLetterAgain(ctx context.Context, stored *kgo.Record, id string, cause error, attempts int) (Record, error) {
+	return s.prepareDeadLetterFrom(ctx, stored, id, noPartition, func(r Record) Record {
+		return r.WithHeader(HeaderDLQError, []byte(cause.Error())).WithHeader(HeaderDLQAttempts, []byte(strconv.Itoa(attempts)))
+	})
+}
+
+// HeaderDLQMovedFrom marks a dead-letter record a redrive copied to the end
+// of its partition (PrepareDeadLetterCopy): "partition/offset" of the
+// original, which the redrive's progress then counts as done.
+const HeaderDLQMovedFrom = "walrelay.dlq.moved_from"
+
+// PrepareDeadLetterCopy makes a copy of the stored dead-letter record for
+// the end of its partition of the dead-letter topic: the same partition,
+// key, value, headers and timestamp, with HeaderDLQMovedFrom naming the
+// original. Errors are as for PrepareDeadLetter.
+func (s *Sink) PrepareDeadLetterCopy(ctx context.Context, stored *kgo.Record, id string) (Record, error) {
+	from := []byte(strconv.Itoa(int(stored.Partition)) + "/" + strconv.FormatInt(stored.Offset, 10))
+	return s.prepareDeadLetterFrom(ctx, stored, id, stored.Partition, func(r Record) Record { return r.WithHeader(HeaderDLQMovedFrom, from) })
+}
+
+// prepareDeadLetterFrom makes a dead-letter record of stored for partition
+// (noPartition: chosen from the key), changed by edit.
+func (s *Sink) prepareDeadLetterFrom(ctx context.Context, stored *kgo.Record, id string, partition int32, edit func(Record) Record) (Record, error) {
 	topic := s.cfg.DLQTopic
-	out := &kgo.Record{Topic: topic, Partition: noPartition, Key: stored.Key, Value: stored.Value, Timestamp: stored.Timestamp,
+	out := &kgo.Record{Topic: topic, Partition: partition, Key: stored.Key, Value: stored.Value, Timestamp: stored.Timestamp,
 		Headers: slices.Clone(stored.Headers)}
-	r := Record{rec: out, id: id}
-	r = r.WithHeader(HeaderDLQError, []byte(cause.Error())).WithHeader(HeaderDLQAttempts, []byte(strconv.Itoa(attempts)))
+	r := edit(Record{rec: out, id: id})
 	fail := func(err error) (Record, error) {
 		return Record{}, &ProduceError{Topic: topic, EventID: id, LSN: headerValue(out.Headers, HeaderLSN), Err: fmt.Errorf("dead-letter topic: %w", err)}
 	}

@@ -2,11 +2,16 @@ package sink_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walrelay/walrelay/decoder"
 	"github.com/walrelay/walrelay/sink"
@@ -188,5 +193,94 @@ func TestPrepareStoredJSONValue(t *testing.T) {
 			}
 			t.Errorf("payload %q of type %d: the record made from its dead letter differs from Prepare's", ev.Payload, ev.PayloadType)
 		}
+	}
+}
+
+// TestDeadLetterCopy: a dead letter carries its event's commit time to the
+// microsecond, and its copy (a redrive moving it to the end of its
+// partition) is the same record in the same partition, naming the
+// original.
+func TestDeadLetterCopy(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "copy.{aggregate_type}", DLQTopic: "copy.dlq", TopicPartitions: 3})
+	ctx := testCtx(t)
+	ev := event(1, "order", "o-1")
+	ev.CommitTime = time.Date(2026, 11, 29, 1, 2, 3, 456789000, time.UTC)
+	dl, err := s.PrepareDeadLetter(ctx, ev, "copy.order", string(sink.ReasonTopicRefused), errors.New("refused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAcks(1)
+	s.Send(ctx, dl, a.done("dead letter"))
+	allOK(t, a.wait(t, 1), []string{"dead letter"})
+	orig := consume(t, c, "copy.dlq", 1)[0]
+	if got := headerMap(orig.Headers)[sink.HeaderDLQCommitTime]; got != "2026-11-29T01:02:03.456789Z" {
+		t.Errorf("dead letter's %s = %q, want the commit time to the microsecond", sink.HeaderDLQCommitTime, got)
+	}
+	cp, err := s.PrepareDeadLetterCopy(ctx, orig, ev.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = newAcks(1)
+	s.Send(ctx, cp, a.done("copy"))
+	allOK(t, a.wait(t, 1), []string{"copy"})
+	recs := consume(t, c, "copy.dlq", 2)
+	moved := recs[1]
+	if recs[0].Offset != orig.Offset {
+		moved = recs[0]
+	}
+	if moved.Partition != orig.Partition || string(moved.Key) != string(orig.Key) || string(moved.Value) != string(orig.Value) || !moved.Timestamp.Equal(orig.Timestamp) {
+		t.Errorf("copy %d/%d key %q value %q ts %v; original %d/%d key %q value %q ts %v", moved.Partition, moved.Offset, moved.Key, moved.Value, moved.Timestamp,
+			orig.Partition, orig.Offset, orig.Key, orig.Value, orig.Timestamp)
+	}
+	want := headerMap(orig.Headers)
+	want[sink.HeaderDLQMovedFrom] = fmt.Sprintf("%d/%d", orig.Partition, orig.Offset)
+	got := headerMap(moved.Headers)
+	if len(got) != len(want) {
+		t.Errorf("copy's headers %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("copy's header %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+// TestValidateOnlyTopics: a dry run's sink prepares a record for a missing
+// topic as Kafka would create it, and creates nothing; a creation Kafka
+// would refuse is refused as it would be.
+func TestValidateOnlyTopics(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "other"))
+	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.CreateTopicsRequest)
+		if !req.ValidateOnly {
+			t.Errorf("the sink asked Kafka to create %s", req.Topics[0].Topic)
+		}
+		if req.Topics[0].Topic != "dry.refused" {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic, rt.ErrorCode = req.Topics[0].Topic, kerr.PolicyViolation.Code
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+	s := newSink(t, sink.Config{Brokers: c.ListenAddrs(), Topic: "dry.{aggregate_type}", ValidateOnlyTopics: true})
+	ctx := testCtx(t)
+	if r, err := s.Prepare(ctx, event(1, "order", "o-1")); err != nil || r.Topic() != "dry.order" {
+		t.Fatalf("prepare for a missing topic: %v, %v; want a record for dry.order", r.Topic(), err)
+	}
+	if _, err := s.Prepare(ctx, event(2, "refused", "o-1")); !errors.Is(err, sink.ErrTopicRefused) {
+		t.Fatalf("prepare for a topic Kafka would refuse: %v, want ErrTopicRefused", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil || topics.Has("dry.order") {
+		t.Fatalf("topics after the dry run: %v (%v); want dry.order not created", topics.Names(), err)
 	}
 }

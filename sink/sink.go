@@ -78,6 +78,12 @@ type Config struct {
 	// When false, a missing topic is an error naming it. Default true
 	// (set DisableCreateTopics to turn it off).
 	DisableCreateTopics bool
+	// ValidateOnlyTopics, for a dry run, asks Kafka only to validate the
+	// creation of a missing topic (CreateTopics with validate_only): a
+	// record for it is then prepared for the topic Kafka says it would
+	// create (its partitions and max.message.bytes), and nothing is
+	// created. Such a record must not be sent.
+	ValidateOnlyTopics bool
 	// TopicPartitions and TopicReplicationFactor are used for created topics;
 	// -1 (the default) takes the broker's defaults.
 	TopicPartitions        int32

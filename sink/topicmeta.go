@@ -50,6 +50,7 @@ type topicMeta struct {
 	partitions int       // partition count; 0 unknown
 	maxBytes   int32     // max.message.bytes; 0 unknown
 	read       time.Time // when partitions and maxBytes were read
+	validated  bool      // not created: as Kafka would create it (Config.ValidateOnlyTopics)
 }
 
 // kind of a Kafka error for a topic's look-up or creation.
@@ -239,6 +240,9 @@ func (s *Sink) load(ctx context.Context, topic string) (topicMeta, error) {
 		if s.cfg.DisableCreateTopics {
 			return topicMeta{}, fmt.Errorf("%w: %q (create it, or enable topic creation)", ErrTopicMissing, topic)
 		}
+		if s.cfg.ValidateOnlyTopics {
+			return s.validateCreate(ctx, actx, topic)
+		}
 		var resp kadm.CreateTopicResponse
 		resp, err = s.admin.CreateTopic(actx, s.cfg.TopicPartitions, s.cfg.TopicReplicationFactor, nil, topic)
 		switch {
@@ -274,6 +278,29 @@ func (s *Sink) load(ctx context.Context, topic string) (topicMeta, error) {
 		return topicMeta{}, topicError(ctx, "describe", topic, err, "")
 	}
 	return topicMeta{partitions: n, maxBytes: maxBytes, read: time.Now()}, nil
+}
+
+// validateCreate asks Kafka whether it would create topic
+// (Config.ValidateOnlyTopics) and returns the topic it describes.
+func (s *Sink) validateCreate(ctx, actx context.Context, topic string) (topicMeta, error) {
+	resps, err := s.admin.ValidateCreateTopics(actx, s.cfg.TopicPartitions, s.cfg.TopicReplicationFactor, nil, topic)
+	var resp kadm.CreateTopicResponse
+	if err == nil {
+		resp, err = resps.On(topic, nil)
+	}
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return topicMeta{}, topicError(ctx, "create", topic, err, resp.ErrMessage)
+	}
+	m := topicMeta{partitions: int(resp.NumPartitions), read: time.Now(), validated: true}
+	if c, ok := resp.Configs["max.message.bytes"]; ok && c.Value != nil {
+		if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
+			m.maxBytes = int32(n)
+		}
+	}
+	return m, nil
 }
 
 // visibleEvery is how often a topic just created is looked for until the
@@ -345,8 +372,8 @@ func (s *Sink) reread(ctx context.Context, topic string, m topicMeta) (topicMeta
 // max.message.bytes raised are seen before the record is refused. ok is
 // false when the cached facts are recent enough to be trusted.
 func (s *Sink) rereadOnMiss(ctx context.Context, topic string, m topicMeta) (topicMeta, bool, error) {
-	if time.Since(m.read) < missRefreshEvery {
-		return m, false, nil
+	if m.validated || time.Since(m.read) < missRefreshEvery {
+		return m, false, nil // a validated topic does not exist to be re-read
 	}
 	m, err := s.reread(ctx, topic, m)
 	return m, err == nil, err

@@ -22,9 +22,13 @@ walrelay run; give it the same ones (the dead-letter topic is dlq-topic).
 
 The consumer group --redrive-group remembers what was redriven: a second
 redrive sends nothing the first one sent, and dead letters the selection left
-out stay for a later one. --dry-run lists what would go where and changes
-nothing. Records are sent at least once (an interrupted redrive commits
-nothing and the next sends again); consumers deduplicate on the id header.
+out stay for a later one (past 500 of them in a partition before a selected
+one, the oldest are copied to the end of the partition). --dry-run decides
+each dead letter as the redrive does and lists what would go where; it sends
+and commits nothing, and creates no topic (Kafka only validates the creation
+of a missing one). Records are sent at least once (an interrupted redrive
+commits nothing and the next sends again); consumers deduplicate on the id
+header.
 
 Exit codes: 0 done, 1 failure, 2 invalid usage or configuration.
 `
@@ -63,6 +67,10 @@ func printRedriveItem(c *call, dryRun bool, it operator.RedriveItem) {
 		from = "from its row in " + it.Table
 	}
 	if dryRun {
+		if it.Outcome == operator.RedriveFiltered {
+			fmt.Fprintf(c.stdout, "%d/%d id %s reason %s: would not go, its table's filter no longer publishes it (%s)\n", it.Partition, it.Offset, it.ID, it.Reason, from)
+			return
+		}
 		if it.Cause != nil {
 			fmt.Fprintf(c.stdout, "%d/%d id %s reason %s: would go to %s again, %s: %v\n", it.Partition, it.Offset, it.ID, it.Reason, it.Target, from, it.Cause)
 			return
@@ -88,7 +96,14 @@ func printRedriveResult(w io.Writer, dryRun bool, res operator.RedriveResult) {
 	if res.Left > 0 {
 		fmt.Fprintf(w, "  %d dead letters left for a later redrive (not selected, or of a transaction still open)\n", res.Left)
 	}
+	if res.Moved > 0 {
+		verb := "copied"
+		if dryRun {
+			verb = "would be copied"
+		}
+		fmt.Fprintf(w, "  %d dead letters left behind %s to the end of their partition (more than the group remembers came before a selected one)\n", res.Moved, verb)
+	}
 	if res.Deferred > 0 {
-		fmt.Fprintf(w, "  %d offsets not read yet (more left-behind records than the group remembers): redrive again\n", res.Deferred)
+		fmt.Fprintf(w, "  %d offsets not redriven yet (more left-behind records than the group remembers, or transactions still open): redrive again\n", res.Deferred)
 	}
 }

@@ -23,6 +23,8 @@ func TestRedriveDryRunLines(t *testing.T) {
 		{"dead-lettered again", operator.RedriveItem{Partition: 1, Offset: 3, ID: "e2", Reason: "topic_refused", Target: "walrelay.dlq", Outcome: operator.RedriveDeadLettered,
 			Cause: errors.New("the table places columns in the record's envelope and the row is no longer in the outbox table")},
 			[]string{"1/3 id e2 reason topic_refused: would go to walrelay.dlq again, from the stored record: the table places columns in the record's envelope"}},
+		{"filtered", operator.RedriveItem{Partition: 2, Offset: 5, ID: "e3", Reason: "too_large", FromRow: true, Table: "public.outbox", Outcome: operator.RedriveFiltered},
+			[]string{"2/5 id e3 reason too_large: would not go, its table's filter no longer publishes it (from its row in public.outbox)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
