@@ -35,7 +35,8 @@ const DefaultReplayTimeColumn = "created_at"
 // ExactlyOnce is how a replay produces in exactly-once mode: in Kafka
 // transactions of TransactionalID + ".replay" (a running relay is never
 // fenced; two replays at once fence each other), each committed once
-// CommitInterval passed or MaxRecords were sent.
+// CommitInterval passed (at most half the producer's transaction timeout,
+// also while the replay waits for rows) or MaxRecords were sent.
 type ExactlyOnce struct {
 	TransactionalID string
 	CommitInterval  time.Duration
@@ -84,8 +85,14 @@ type ReplayOptions struct {
 	TimeColumn string
 	// Rate caps the rows per second; 0 is no cap.
 	Rate float64
-	// DryRun counts the selected rows, their time span and topics, and
-	// sends nothing (no topic is created either).
+	// DryRun reads the selected rows and makes each one's decision as the
+	// replay does, without Kafka: the tables' filters (ReplayResult.Filtered),
+	// the dead-letter rules that need no broker (an empty aggregate id, a
+	// mapped column the decoder refuses, a topic that cannot be rendered),
+	// and the topic. It counts the rows by topic, and their time span, and
+	// sends nothing (no topic is created either). What only Kafka or the
+	// schema registry decides (a record too large, a missing topic, a
+	// payload that does not fit its schema) it cannot tell.
 	DryRun bool
 	// Resume is the ResumeToken of an interrupted replay of the same
 	// selection: the replay goes on where Kafka's acknowledgements ended,
@@ -120,10 +127,13 @@ type ReplayTable struct {
 	Table          string
 	Rows           int64
 	Oldest, Newest time.Time // span of the time column over the rows; zero when none
-	// Topics counts the rows by the topic they route to (a dry run only);
-	// rows whose topic cannot be rendered count under the dead-letter
-	// topic.
+	// Topics counts the rows a replay would send by the topic they route
+	// to (a dry run only); rows it would dead-letter count under the
+	// dead-letter topic. Filtered rows (not sent) are not counted here.
 	Topics map[string]int64
+	// Filtered counts the rows the table's filter does not publish (a dry
+	// run only; the replay's count is ReplayResult.Filtered).
+	Filtered int64
 }
 
 // ReplayResult is what a replay did, or with DryRun would do.
@@ -172,6 +182,7 @@ type replayProducer interface {
 	InitProducer(ctx context.Context) error
 	BeginTxn() error
 	EndTxn(ctx context.Context, commit bool) error
+	TransactionTimeout() time.Duration
 	Close()
 }
 
@@ -341,10 +352,11 @@ func (r *replayer) replay(ctx context.Context) (ReplayResult, error) {
 			return r.res, err
 		}
 		rt := ReplayTable{Table: t.name, Rows: p.rows, Oldest: p.oldest, Newest: p.newest}
-		if r.ro.DryRun {
-			if rt.Topics, err = r.topics(ctx, tx, t); err != nil {
+		if r.ro.DryRun && p.rows > 0 {
+			if rt.Topics, rt.Filtered, err = r.dryRun(ctx, tx, t); err != nil {
 				return r.res, err
 			}
+			r.res.Filtered += rt.Filtered
 		}
 		r.res.Tables = append(r.res.Tables, rt)
 		total += p.rows
@@ -367,34 +379,49 @@ func (r *replayer) fromFor(t *outboxTable) string {
 	return ""
 }
 
-// topics counts a dry run's rows by topic, rendering each aggregate and
-// event type through the sink's routing.
-func (r *replayer) topics(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[string]int64, error) {
-	routes, err := t.routes(ctx, tx, r.sel)
-	if err != nil {
-		return nil, err
-	}
+// dryRun reads t's selected rows through the replay's cursor and decides
+// each as the replay does, without Kafka: the table's filter (filtered, not
+// sent), the dead-letter rules of sink.PoisonOf, and the topic the sink's
+// routing renders (one that cannot be rendered: the dead-letter topic). It
+// returns the rows by topic and the filtered ones.
+func (r *replayer) dryRun(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[string]int64, int64, error) {
 	snk, err := sink.New(r.ro.Sink, sink.WithLogger(r.log))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer snk.Close()
-	out := map[string]int64{}
-	for k, n := range routes {
-		ev := &decoder.Event{Table: t.name, TableName: t.relName}
-		if k[0] != nil {
-			ev.AggregateType = *k[0]
-		}
-		if k[1] != nil {
-			ev.EventType = *k[1]
-		}
-		topic, err := snk.Topic(ev)
-		if err != nil || k[0] == nil || k[1] == nil {
-			topic = r.ro.Sink.DeadLetterTopic()
-		}
-		out[topic] += n
+	dec, err := decoder.New(r.ro.Decoder)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out, nil
+	out := map[string]int64{}
+	var filtered, poison int64
+	var o decoder.Output
+	_, err = r.readTable(ctx, tx, t, r.fromFor(t), func(vals [][]byte) (bool, error) {
+		ev, err := r.decodeRow(t, vals, dec, &o)
+		if err != nil {
+			return false, err
+		}
+		if ev == nil {
+			filtered++
+			return false, nil
+		}
+		topic, terr := snk.Topic(ev)
+		if _, cause := sink.PoisonOf(ev); cause != nil || terr != nil {
+			topic = r.ro.Sink.DeadLetterTopic()
+			poison++
+		}
+		out[topic]++
+		return false, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if poison > 0 && r.ro.StopOnPoison {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%d rows of %s cannot go to their topic: with on-poison stop, the replay stops at the first of them instead of dead-lettering it",
+			poison, t.name))
+	}
+	return out, filtered, nil
 }
 
 // nothing explains why no row is selected.
@@ -444,16 +471,20 @@ func (r *replayer) send(ctx context.Context, tx pgx.Tx, tables []*outboxTable) (
 	var out sender
 	if x := r.ro.ExactlyOnce; x != nil {
 		out = &txnSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, maxRecords: x.MaxRecords,
-			interval: x.CommitInterval, timeout: r.ro.KafkaTimeout, onAck: r.onAck}
+			maxOpen: commitAfter(x.CommitInterval, snk.TransactionTimeout()), timeout: r.ro.KafkaTimeout, onAck: r.onAck}
 	} else {
 		out = &ackSender{s: snk, win: win, fail: fail, failed: failed, produceCtx: produceCtx, onAck: r.onAck}
 	}
 	stopProgress := r.reportProgress()
 	defer stopProgress()
 
+	var o decoder.Output
+	var pace time.Time
 	for _, t := range tables {
 		r.cur.Store(&cursorAt{t: t, win: win})
-		stop, err := r.sendTable(ctx, tx, t, r.fromFor(t), dec, snk, win, out, failed)
+		stop, err := r.readTable(ctx, tx, t, r.fromFor(t), func(vals [][]byte) (bool, error) {
+			return r.row(ctx, t, vals, dec, snk, win, out, failed, &o, &pace)
+		})
 		if err == nil {
 			err = r.finish(ctx, out, stop)
 		}
@@ -550,11 +581,11 @@ func (r *replayer) newSink(ctx context.Context) (replayProducer, error) {
 	return snk, nil
 }
 
-// sendTable reads t's cursor (from: the order value to start at) and
-// produces its rows until the end (stop false), ctx ends (stop true) or a
-// failure.
-func (r *replayer) sendTable(ctx context.Context, tx pgx.Tx, t *outboxTable, from string, dec *decoder.Decoder,
-	snk replayProducer, win *rowWindow, out sender, failed context.Context) (stop bool, err error) {
+// readTable reads t's cursor (from: the order value to start at) and hands
+// each row to each (its columns, metaCols first) until the end (stop
+// false), ctx ends or each says stop (stop true), or a failure.
+func (r *replayer) readTable(ctx context.Context, tx pgx.Tx, t *outboxTable, from string,
+	each func(vals [][]byte) (stop bool, err error)) (stop bool, err error) {
 	q, args := t.cursorSQL(r.sel, from, r.res.CommitTimes)
 	cursor := pgx.Identifier{fmt.Sprintf("walrelay_replay_%d", t.index)}.Sanitize()
 	if _, err := tx.Exec(ctx, "DECLARE "+cursor+" NO SCROLL CURSOR FOR "+q, args...); err != nil {
@@ -564,8 +595,6 @@ func (r *replayer) sendTable(ctx context.Context, tx pgx.Tx, t *outboxTable, fro
 		return false, fmt.Errorf("open a cursor over %s: %w", t.name, err)
 	}
 	fetch := fmt.Sprintf("FETCH FORWARD %d FROM %s", r.ro.FetchSize, cursor)
-	var pace time.Time
-	var o decoder.Output
 	for {
 		rr := tx.Conn().PgConn().ExecParams(ctx, fetch, nil, nil, nil, nil)
 		n := 0
@@ -574,7 +603,7 @@ func (r *replayer) sendTable(ctx context.Context, tx pgx.Tx, t *outboxTable, fro
 			if stop || err != nil {
 				continue // read the rest of the batch off the wire
 			}
-			stop, err = r.row(ctx, t, rr.Values(), dec, snk, win, out, failed, &o, &pace)
+			stop, err = each(rr.Values())
 		}
 		if _, cerr := rr.Close(); cerr != nil && err == nil && !stop {
 			if ctx.Err() != nil {
@@ -601,18 +630,14 @@ func (r *replayer) row(ctx context.Context, t *outboxTable, vals [][]byte, dec *
 	if err := r.waitRate(ctx, pace); err != nil {
 		return true, nil
 	}
-	us, err := strconv.ParseInt(string(vals[metaTime]), 10, 64)
+	ev, err := r.decodeRow(t, vals, dec, o)
 	if err != nil {
-		return false, fmt.Errorf("replay %s: record time %q: %w", t.name, vals[metaTime], err)
+		return false, err
 	}
-	if err := dec.DecodeRow(t.name, t.cols, vals[metaCols:], time.UnixMicro(us), o); err != nil {
-		return false, fmt.Errorf("replay %s: %w", t.name, err)
-	}
-	if o.Kind == decoder.KindFiltered {
+	if ev == nil {
 		r.filtered.Add(1) // walrelay run does not publish it either
 		return false, nil
 	}
-	ev := &o.Event
 	p, err := prepareEvent(ctx, snk, ev, r.ro.StopOnPoison, r.log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -629,6 +654,23 @@ func (r *replayer) row(ctx context.Context, t *outboxTable, vals [][]byte, dec *
 	}
 	r.sent.Add(1)
 	return false, out.send(ctx, p.Record.MarkReplay(r.tok.ID), seq, p.Reason != "")
+}
+
+// decodeRow turns a row of the cursor (metaCols first) into its event, as
+// the relay decodes its INSERT; nil when the table's filter does not
+// publish it. The event lives in o until the next call.
+func (r *replayer) decodeRow(t *outboxTable, vals [][]byte, dec *decoder.Decoder, o *decoder.Output) (*decoder.Event, error) {
+	us, err := strconv.ParseInt(string(vals[metaTime]), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: record time %q: %w", t.name, vals[metaTime], err)
+	}
+	if err := dec.DecodeRow(t.name, t.cols, vals[metaCols:], time.UnixMicro(us), o); err != nil {
+		return nil, fmt.Errorf("replay %s: %w", t.name, err)
+	}
+	if o.Kind == decoder.KindFiltered {
+		return nil, nil
+	}
+	return &o.Event, nil
 }
 
 // waitRate paces rows at ro.Rate per second.

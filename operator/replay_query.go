@@ -172,9 +172,15 @@ const (
 )
 
 // cursorSQL is the query of the replay's cursor over the table: rows in the
-// time column's order, rows of the same time (one transaction's) in their
-// physical order, which is the order they were inserted in unless the
-// table had free space in earlier pages.
+// time column's order; rows of the same time (one transaction's) by the
+// inserting transaction (xmin), then in the order the transaction inserted
+// them (cmin, its command counter), then by their place in the heap. Not
+// the heap's order alone: an insert may land on an earlier page that a
+// delete and VACUUM left free, ahead of the transaction's earlier rows.
+// Limits (docs/replay.md): the rows of one multi-row INSERT share their
+// cmin and fall back to heap order; rows inserted under a savepoint carry
+// the subtransaction's own xid and follow the transaction's other rows of
+// that time.
 func (t *outboxTable) cursorSQL(sel ReplaySelection, from string, commitTS bool) (string, []any) {
 	recTime := t.utc()
 	if commitTS {
@@ -188,7 +194,7 @@ func (t *outboxTable) cursorSQL(sel ReplaySelection, from string, commitTS bool)
 	tc := t.ident(t.timeCol)
 	// The time column is qualified in ORDER BY: its text is an output
 	// column of the same name.
-	return fmt.Sprintf("SELECT (extract(epoch FROM %s) * 1000000)::int8::text, %s::text, %s FROM %s%s ORDER BY %s.%s, tableoid, ctid",
+	return fmt.Sprintf("SELECT (extract(epoch FROM %s) * 1000000)::int8::text, %s::text, %s FROM %s%s ORDER BY %s.%s, xmin::text::int8, cmin::text::int8, tableoid, ctid",
 		recTime, tc, strings.Join(cols, ", "), t.quoted, where, t.quoted, tc), args
 }
 
@@ -211,29 +217,6 @@ func (t *outboxTable) plan(ctx context.Context, tx pgx.Tx, sel ReplaySelection, 
 		p.oldest, p.newest = oldest.UTC(), newest.UTC()
 	}
 	return p, nil
-}
-
-// routes counts the selected rows by aggregate type and event type (what
-// topic templates may use).
-func (t *outboxTable) routes(ctx context.Context, tx pgx.Tx, sel ReplaySelection) (map[[2]*string]int64, error) {
-	where, args := t.where(sel, "")
-	q := fmt.Sprintf("SELECT %s::text, %s::text, count(*) FROM %s%s GROUP BY 1, 2", t.ident(t.columns.AggregateType),
-		t.ident(t.columns.EventType), t.quoted, where)
-	rows, err := tx.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("group the selected rows of %s: %w", t.name, err)
-	}
-	defer rows.Close()
-	out := map[[2]*string]int64{}
-	for rows.Next() {
-		var at, et *string
-		var n int64
-		if err := rows.Scan(&at, &et, &n); err != nil {
-			return nil, fmt.Errorf("group the selected rows of %s: %w", t.name, err)
-		}
-		out[[2]*string{at, et}] = n
-	}
-	return out, rows.Err()
 }
 
 // tableStats are the table's write counters since the statistics were last

@@ -129,6 +129,12 @@ func (a *ackSender) finish(ctx context.Context) error {
 // txnSender delivers exactly once: records go in Kafka transactions of the
 // replay's own transactional id, and their rows count once the transaction
 // committed. A transaction with a failed record is aborted.
+//
+// A transaction is committed once maxOpen passed since it began, by a timer
+// when no row comes (the reader waits for --rate, or the cursor scans long
+// between sparse matches): held open past the producer's transaction
+// timeout, the broker would abort it and nothing would ever be
+// acknowledged. A failure of the timer's commit fails the replay (fail).
 type txnSender struct {
 	s          replayProducer
 	win        *rowWindow
@@ -136,16 +142,31 @@ type txnSender struct {
 	failed     context.Context
 	produceCtx context.Context
 	maxRecords int
-	interval   time.Duration
+	maxOpen    time.Duration // the commit interval, at most half the transaction timeout (commitAfter)
 	timeout    time.Duration // bounds ending a transaction
 	onAck      func(deadLetter bool)
 
+	// mu guards the transaction between the reading goroutine (send,
+	// finish) and the timer (commitDue).
+	mu      sync.Mutex
 	open    bool
 	opened  time.Time
+	gen     int // counts the transactions begun; the timer commits its own only
+	timer   *time.Timer
 	pending []pendingRow
 
-	mu       sync.Mutex
+	errMu    sync.Mutex
 	batchErr error // the open transaction's first record failure
+}
+
+// commitAfter is how long a replay's Kafka transaction stays open at most:
+// the commit interval, and at most half the producer's transaction timeout
+// (0: none known), well before the broker aborts it.
+func commitAfter(interval, txnTimeout time.Duration) time.Duration {
+	if half := txnTimeout / 2; half > 0 && half < interval {
+		return half
+	}
+	return interval
 }
 
 type pendingRow struct {
@@ -154,46 +175,79 @@ type pendingRow struct {
 }
 
 func (t *txnSender) send(ctx context.Context, rec sink.Record, seq int64, deadLetter bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if !t.open {
 		if err := t.s.BeginTxn(); err != nil {
 			return fmt.Errorf("exactly-once replay: begin a kafka transaction: %w", err)
 		}
 		t.open, t.opened = true, time.Now()
-		t.mu.Lock()
+		t.gen++
+		gen := t.gen
+		t.timer = time.AfterFunc(t.maxOpen, func() { t.commitDue(gen) })
+		t.errMu.Lock()
 		t.batchErr = nil
-		t.mu.Unlock()
+		t.errMu.Unlock()
 	}
 	t.s.Send(t.produceCtx, rec, func(err error) {
 		if err == nil {
 			return
 		}
-		t.mu.Lock()
+		t.errMu.Lock()
 		if t.batchErr == nil {
 			t.batchErr = err
 		}
-		t.mu.Unlock()
+		t.errMu.Unlock()
 		t.fail(err)
 	})
 	t.pending = append(t.pending, pendingRow{seq: seq, deadLetter: deadLetter})
-	if len(t.pending) >= t.maxRecords || time.Since(t.opened) >= t.interval {
+	if len(t.pending) >= t.maxRecords || time.Since(t.opened) >= t.maxOpen {
 		return t.commit(ctx)
 	}
 	return nil
 }
 
-func (t *txnSender) finish(ctx context.Context) error { return t.commit(ctx) }
+func (t *txnSender) finish(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.commit(ctx); err != nil {
+		return err
+	}
+	if t.failed.Err() != nil { // the timer's commit failed
+		return context.Cause(t.failed)
+	}
+	return nil
+}
+
+// commitDue is the timer's commit of transaction gen, should it still be
+// open: the reader is waiting (rate, a long scan). Its flush is bounded by
+// the Kafka timeout, not by the replay's context: a replay interrupted now
+// still commits what it sent. A failure fails the replay.
+func (t *txnSender) commitDue(gen int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.open || t.gen != gen {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	if err := t.commit(ctx); err != nil {
+		t.fail(err)
+	}
+}
 
 // commit flushes and commits the open transaction, then acknowledges its
 // rows; a transaction with a failure (or that cannot be flushed) is
-// aborted instead.
+// aborted instead. t.mu must be held.
 func (t *txnSender) commit(ctx context.Context) error {
 	if !t.open {
 		return nil
 	}
+	t.timer.Stop()
 	flushErr := t.s.Flush(ctx)
-	t.mu.Lock()
+	t.errMu.Lock()
 	err := t.batchErr
-	t.mu.Unlock()
+	t.errMu.Unlock()
 	if err == nil && flushErr != nil {
 		err = fmt.Errorf("wait for kafka's acknowledgements: %w", flushErr)
 	}

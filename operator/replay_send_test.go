@@ -2,9 +2,16 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/walrelay/walrelay/internal/testwait"
+	"github.com/walrelay/walrelay/sink"
 )
 
 // TestRowWindowNeverSkips: whatever order Kafka acknowledges rows in, the
@@ -58,5 +65,64 @@ func TestRowWindowNeverSkips(t *testing.T) {
 		if k, ok := w.resumeFrom(); !ok || k != keys[n-1] {
 			t.Fatalf("seed %d: all acknowledged, resume at %q (%v), want the last row's %q", seed, k, ok, keys[n-1])
 		}
+	}
+}
+
+// TestCommitAfter: a replay's transaction stays open for the commit
+// interval, and never more than half the transaction timeout.
+func TestCommitAfter(t *testing.T) {
+	for _, c := range []struct{ interval, timeout, want time.Duration }{
+		{100 * time.Millisecond, time.Minute, 100 * time.Millisecond},
+		{time.Minute, time.Minute, 30 * time.Second},
+		{time.Minute, 0, time.Minute},
+		{10 * time.Second, time.Second, 500 * time.Millisecond},
+	} {
+		if got := commitAfter(c.interval, c.timeout); got != c.want {
+			t.Errorf("commitAfter(%v, %v) = %v, want %v", c.interval, c.timeout, got, c.want)
+		}
+	}
+}
+
+// failingCommits is a transactional producer whose commits fail.
+type failingCommits struct {
+	replayProducer
+	commits atomic.Int32
+}
+
+func (f *failingCommits) BeginTxn() error                                         { return nil }
+func (f *failingCommits) Send(_ context.Context, _ sink.Record, done func(error)) { done(nil) }
+func (f *failingCommits) Flush(context.Context) error                             { return nil }
+func (f *failingCommits) EndTxn(_ context.Context, commit bool) error {
+	if commit {
+		f.commits.Add(1)
+		return errors.New("broker says no")
+	}
+	return nil
+}
+
+// TestTxnSenderTimerCommitFailureFails: a commit the timer makes while the
+// replay waits, and that fails, fails the replay: its rows are not
+// acknowledged, and finish reports the failure though nothing is open.
+func TestTxnSenderTimerCommitFailureFails(t *testing.T) {
+	p := &failingCommits{}
+	failed, fail := context.WithCancelCause(context.Background())
+	defer fail(nil)
+	win := newRowWindow(4)
+	acks := 0
+	ts := &txnSender{s: p, win: win, fail: fail, failed: failed, produceCtx: context.Background(), maxRecords: 100,
+		maxOpen: 20 * time.Millisecond, timeout: time.Second, onAck: func(bool) { acks++ }}
+	seq, err := win.add(context.Background(), "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.send(context.Background(), sink.Record{}, seq, false); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 5*time.Second, "the timer's commit", func() bool { return p.commits.Load() == 1 })
+	if err := ts.finish(context.Background()); err == nil || !strings.Contains(err.Error(), "broker says no") {
+		t.Fatalf("finish after the timer's failed commit: %v, want its error", err)
+	}
+	if _, ok := win.resumeFrom(); acks != 0 || !ok {
+		t.Fatalf("%d rows acknowledged, want 0", acks)
 	}
 }

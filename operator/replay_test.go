@@ -485,3 +485,148 @@ func TestReplayFiltered(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayOrderWithinTransaction: one transaction's rows of one aggregate
+// share their time column's value; they are replayed in the order they were
+// inserted, also when the heap put a later row on an earlier page (free
+// space left by a delete and VACUUM), so that ctid order is not insertion
+// order.
+func TestReplayOrderWithinTransaction(t *testing.T) {
+	f := newReplayFixture(t, "replay_order")
+	// Rows as large as their payload: no compression, no TOAST.
+	f.PG.Exec("ALTER TABLE " + f.table + " ALTER COLUMN payload SET STORAGE PLAIN")
+	var filler [][4]string
+	for range 30 {
+		filler = append(filler, [4]string{"filler", "e", `jsonb_build_object('pad', repeat('f', 1000))`, `'{}'`})
+	}
+	f.txn(t, filler...)
+	// Free space on the first page, and only there.
+	f.PG.Exec("DELETE FROM " + f.table + " WHERE ctid IN ('(0,1)', '(0,2)')")
+	f.PG.Exec("VACUUM " + f.table)
+	since := f.now(t)
+	// The first row fills a new page; the next ones do not fit beside it
+	// and go to the first page's free space.
+	ids := f.txn(t,
+		[4]string{"a", "first", `jsonb_build_object('pad', repeat('a', 7600))`, `'{}'`},
+		[4]string{"a", "second", `jsonb_build_object('pad', repeat('b', 1000))`, `'{}'`},
+		[4]string{"a", "third", `jsonb_build_object('pad', repeat('c', 1000))`, `'{}'`},
+		[4]string{"a", "fourth", `'{"n": 4}'`, `'{}'`})
+	var byCtid []string
+	rows, err := f.PG.Conn.Query(context.Background(), "SELECT id::text FROM "+f.table+" WHERE created_at >= $1 ORDER BY ctid", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		byCtid = append(byCtid, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if slices.Equal(byCtid, ids) {
+		t.Fatalf("setup: the heap kept the transaction's rows in insertion order (%v); the test needs them out of it", byCtid)
+	}
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(filler)+len(ids))
+	res, err := replay(context.Background(), f.opts, ReplayOptions{ID: "order", Selection: ReplaySelection{Since: since}})
+	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	_, replayed := split(relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(filler)+2*len(ids)))
+	var got []string
+	for _, r := range replayed {
+		got = append(got, relaytest.HeaderValue(r, sink.HeaderID))
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("replayed aggregate a in the order %v, want the insertion order %v (ctid order %v)", got, ids, byCtid)
+	}
+}
+
+// TestReplayDryRunDecidesAsTheReplay: a dry run makes each row's decision
+// as the replay does (the table's filter, an empty aggregate id or a topic
+// that cannot be rendered dead-lettered), so that what it counts is what
+// the replay then sends, where.
+func TestReplayDryRunDecidesAsTheReplay(t *testing.T) {
+	f := newReplayFixture(t, "replay_dryfilter", func(o *relay.Options) {
+		o.Decoder.Tables[0].Filter = decoder.Filter{ExcludeEventTypes: []string{"internal.*"}}
+	})
+	since := f.now(t)
+	f.txn(t, [4]string{"a", "created", `'{}'`, `'{}'`}, [4]string{"a", "internal.audit", `'{}'`, `'{}'`},
+		[4]string{"a", "updated", `'{}'`, `'{}'`}, [4]string{"", "created", `'{}'`, `'{}'`})
+	f.PG.Exec("INSERT INTO " + f.table + " (aggregate_type, aggregate_id, event_type, payload) VALUES ('inv@lid', 'c', 'e', '{}')")
+	opts := f.opts
+	opts.Sink.Topic = "dry.{aggregate_type}"
+	dry, err := replay(context.Background(), opts, ReplayOptions{DryRun: true, Selection: ReplaySelection{Since: since}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}})
+	if err != nil || !res.Complete {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	if res.Acked != 4 || res.DeadLettered != 2 || res.Filtered != 1 {
+		t.Fatalf("replay: %d sent, %d of them dead-lettered, %d filtered; want 4, 2, 1", res.Acked, res.DeadLettered, res.Filtered)
+	}
+	if len(dry.Tables) != 1 {
+		t.Fatalf("dry run: %+v", dry.Tables)
+	}
+	var wouldSend int64
+	for _, n := range dry.Tables[0].Topics {
+		wouldSend += n
+	}
+	if wouldSend != res.Acked || dry.Tables[0].Topics[sink.DefaultDLQTopic] != res.DeadLettered || dry.Filtered != res.Filtered ||
+		dry.Tables[0].Topics["dry.order"] != res.Acked-res.DeadLettered {
+		t.Fatalf("dry run: would send %d rows (%v), %d filtered; the replay sent %d, %d of them dead-lettered, %d filtered",
+			wouldSend, dry.Tables[0].Topics, dry.Filtered, res.Acked, res.DeadLettered, res.Filtered)
+	}
+}
+
+// TestReplayExactlyOnceCommitsWhileWaiting: an exactly-once replay commits
+// its Kafka transaction on time while it waits for the next row (a slow
+// --rate here; a long scan between sparse matches alike), well before the
+// transaction timeout, after which the broker would abort it: every row is
+// acknowledged, and a read_committed consumer sees them all.
+func TestReplayExactlyOnceCommitsWhileWaiting(t *testing.T) {
+	f := newReplayFixture(t, "replay_eos_wait")
+	const txnTimeout = time.Second
+	replaySinkHook = func(cfg sink.Config, opts ...sink.Option) (replayProducer, error) {
+		return sink.New(cfg, append(opts, sink.WithClientOpts(kgo.TransactionTimeout(txnTimeout)))...)
+	}
+	t.Cleanup(func() { replaySinkHook = nil })
+	since := f.now(t)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, f.txn(t, [4]string{fmt.Sprintf("a-%d", i), "e", `'{}'`, `'{}'`})...)
+	}
+	relaytest.ConsumeAll(t, f.Cluster.ListenAddrs(), f.topic(), len(ids))
+	opts := f.opts
+	// A commit interval past the transaction timeout: the replay commits at
+	// half the timeout all the same.
+	opts.ExactlyOnce = &relay.ExactlyOnce{TransactionalID: "walrelay-" + f.Name, CheckpointTopic: "cp", CommitInterval: time.Minute, MaxRecords: 100}
+	// A row every 2 s: twice the transaction timeout.
+	res, err := replay(context.Background(), opts, ReplayOptions{Selection: ReplaySelection{Since: since}, Rate: 0.5})
+	if err != nil || !res.Complete || res.Acked != int64(len(ids)) {
+		t.Fatalf("replay at a row every 2 s with a %v transaction timeout: %+v, %v", txnTimeout, res, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.Cluster.ListenAddrs()...), kgo.ConsumeTopics(f.topic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	replayed := map[string]bool{}
+	for len(replayed) < len(ids) && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if relaytest.HeaderValue(r, sink.HeaderReplay) != "" {
+				replayed[relaytest.HeaderValue(r, sink.HeaderID)] = true
+			}
+		})
+	}
+	if len(replayed) != len(ids) {
+		t.Fatalf("a read_committed consumer saw %d replayed records, want %d", len(replayed), len(ids))
+	}
+}

@@ -20,6 +20,9 @@
 //   - a record is never dropped: every Send ends in exactly one call of done,
 //     with nil only after the broker acknowledged it with acks=all;
 //   - records of one key are produced in the order Send was called;
+//   - a record without an explicit partition goes to the partition of
+//     murmur2(aggregate id), also when a key schema encoded its key
+//     (partition.go: the framed key carries the schema id and is not hashed);
 //   - memory is bounded by Config.MaxBufferedBytes: Send blocks when it is
 //     reached;
 //   - a topic's look-up or creation either succeeds, fails transiently

@@ -16,8 +16,12 @@ const noPartition = -1
 
 // partitioner sends a record with an explicit partition (Record.Partition
 // >= 0, from the outbox's partition column) there, and every other record by
-// the murmur2 hash of its key, as Kafka's Java client does, so that one
-// aggregate maps to one partition.
+// the murmur2 hash of its aggregate id, as Kafka's default partitioner
+// hashes a key, so that one aggregate maps to one partition. The aggregate
+// id is the record's key, or, when a key schema encoded the key, the id
+// keepPartitionKey put in the record's Context: the encoded key carries the
+// schema's id, and hashing it would move every aggregate when a new version
+// of the key schema comes into use (docs/schema-registry.md).
 type partitioner struct{ byKey kgo.Partitioner }
 
 func newPartitioner() kgo.Partitioner {
@@ -41,7 +45,30 @@ func (tp topicPartitioner) Partition(r *kgo.Record, n int) int {
 		// range, the record fails instead of going elsewhere.
 		return int(r.Partition)
 	}
+	if r.Context != nil {
+		if key, ok := r.Context.Value(partitionKey{}).([]byte); ok {
+			return tp.byKey.Partition(&kgo.Record{Key: key}, n)
+		}
+	}
 	return tp.byKey.Partition(r, n)
+}
+
+// partitionKey is the context key of a record's aggregate id when its Key
+// holds something else (keepPartitionKey).
+type partitionKey struct{}
+
+// keepPartitionKey makes rec go to the partition of key, its aggregate id,
+// whatever rec.Key becomes. It keeps rec's span (tracing.go) in place.
+func keepPartitionKey(rec *kgo.Record, key []byte) {
+	if rs, ok := rec.Context.(recordSpan); ok {
+		rec.Context = recordSpan{context.WithValue(rs.Context, partitionKey{}, key)}
+		return
+	}
+	parent := rec.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	rec.Context = context.WithValue(parent, partitionKey{}, key)
 }
 
 // checkPartition refuses an explicit partition the topic does not have,

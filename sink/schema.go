@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"strings"
 
@@ -37,7 +38,8 @@ func (s *Sink) initSchemas() error {
 }
 
 // encodeSchema encodes rec's value and key when a schema rule covers the
-// event's table and event type (see package schema). Errors wrap
+// event's table and event type (see package schema). An encoded key leaves
+// the record on its aggregate id's partition (keepPartitionKey). Errors wrap
 // ErrSchemaMismatch (the event's fault), ErrRegistryUnavailable
 // (retryable), or a permanent registry or configuration error
 // (schema.ErrNotAuthorized, schema.ErrSubjectMissing, schema.ErrRefused,
@@ -49,6 +51,9 @@ func (s *Sink) encodeSchema(ctx context.Context, table, eventType string, rec *k
 	v, k, err := s.schemas.Encode(ctx, schema.Target{Topic: rec.Topic, Table: table, EventType: eventType}, rec.Value, rec.Key)
 	if err != nil {
 		return err
+	}
+	if !bytes.Equal(k, rec.Key) { // a key schema encoded it: partition by the aggregate id still
+		keepPartitionKey(rec, rec.Key)
 	}
 	rec.Value, rec.Key = v, k
 	return nil

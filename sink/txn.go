@@ -83,6 +83,17 @@ func (s *Sink) ResetProducer() error {
 	return nil
 }
 
+// TransactionTimeout returns the transaction timeout the producer asks the
+// broker for (0 without a transactional id): a transaction open longer is
+// aborted by the broker. Safe for concurrent use.
+func (s *Sink) TransactionTimeout() time.Duration {
+	if !s.transactional {
+		return 0
+	}
+	d, _ := s.client.OptValue(kgo.TransactionTimeout).(time.Duration)
+	return d
+}
+
 // BeginTxn starts a Kafka transaction.
 func (s *Sink) BeginTxn() error { return s.client.BeginTransaction() }
 

@@ -138,6 +138,10 @@ schema_rules:
 		if want := append([]byte{byte(2 * len(row.key))}, row.key...); body != nil && !bytes.Equal(body, want) {
 			t.Errorf("%s %s: key body %x, want the Avro string %x", what, row.id, body, want)
 		}
+		// Partitioned by the aggregate id, not by the framed key.
+		if want := aggregatePartition(ctx, t, adm, rec.Topic, row.key); rec.Partition != want {
+			t.Errorf("%s %s: partition %d, want %d (murmur2 of the aggregate id %q, not of the encoded key)", what, row.id, rec.Partition, want, row.key)
+		}
 	}
 
 	// What run made: the orders encoded; the refused rows dead-lettered with
@@ -309,4 +313,18 @@ schema_rules:
 	}
 	t.Logf("schema replay: %d orders replayed twice, %d refused rows redriven (1 from the stored record), subjects %v, in %s",
 		len(orders), len(refused), subjectIDs, time.Since(began).Round(100*time.Millisecond))
+}
+
+// aggregatePartition is the partition of aggregate id agg in topic: Kafka's
+// default partitioner formula over the id's bytes (franz-go's
+// implementation of it; sink's TestMurmur2Reference checks the formula
+// against Kafka's own values).
+func aggregatePartition(ctx context.Context, t *testing.T, adm *kadm.Client, topic, agg string) int32 {
+	t.Helper()
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil || td.Error() != nil || len(td[topic].Partitions) == 0 {
+		t.Fatalf("partitions of %s: %v %v", topic, err, td.Error())
+	}
+	n := len(td[topic].Partitions)
+	return int32(kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte(agg)}, n))
 }

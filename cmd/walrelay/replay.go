@@ -188,11 +188,11 @@ func printRecoveryPlan(w io.Writer, rec operator.Recovery) {
 func printDryRun(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult) {
 	var total int64
 	for _, t := range res.Tables {
-		total += t.Rows
+		total += t.Rows - t.Filtered
 	}
 	fmt.Fprintf(w, "dry run: %d rows would be replayed%s (nothing sent)\n", total, rangeText(res))
 	for _, t := range res.Tables {
-		fmt.Fprintf(w, "  %s: %d rows%s\n", t.Table, t.Rows, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest))
+		fmt.Fprintf(w, "  %s: %d rows%s\n", t.Table, t.Rows-t.Filtered, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest))
 		topics := make([]string, 0, len(t.Topics))
 		for topic := range t.Topics {
 			topics = append(topics, topic)
@@ -201,6 +201,9 @@ func printDryRun(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult
 		for _, topic := range topics {
 			fmt.Fprintf(w, "    %s: %d rows\n", topic, t.Topics[topic])
 		}
+	}
+	if res.Filtered > 0 {
+		fmt.Fprintf(w, "  %d more selected rows would not be sent: the tables' filters do not publish them (walrelay run does not either)\n", res.Filtered)
 	}
 	printNotes(w, res)
 }

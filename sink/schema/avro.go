@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/big"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,7 @@ var avroAPI = avro.Config{}.Freeze()
 type avroCodec struct {
 	schema avro.Schema
 	fast   *avroNode // the fast path (avrofast.go)
+	maps   bool      // the schema has a map: written by appendAvro
 }
 
 // parseAvro parses text after the schemas it references (deps, each after
@@ -43,7 +46,7 @@ func parseAvro(text string, deps []namedSchema) (*avroCodec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Avro: %w", ErrInvalidSchema, err)
 	}
-	return &avroCodec{schema: s, fast: compileFast(s, map[*avro.RecordSchema]*avroNode{})}, nil
+	return &avroCodec{schema: s, fast: compileFast(s, map[*avro.RecordSchema]*avroNode{}), maps: hasMap(s, map[avro.Schema]bool{})}, nil
 }
 
 func (c *avroCodec) encode(dst, data []byte) ([]byte, error) {
@@ -63,11 +66,128 @@ func (c *avroCodec) encodeGeneral(dst, data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, mismatch("%v", err)
 	}
-	b, err := avroAPI.Marshal(c.schema, native)
+	out, err := marshalAvro(dst, c.schema, c.maps, native)
 	if err != nil {
 		return nil, mismatch("avro: %v", err)
 	}
+	return out, nil
+}
+
+// marshalAvro appends the Avro binary of v (as toAvro returns it) for s;
+// maps tells whether s has a map (hasMap), whose entries appendAvro writes
+// in key order.
+func marshalAvro(dst []byte, s avro.Schema, maps bool, v any) ([]byte, error) {
+	if maps {
+		return appendAvro(dst, s, v)
+	}
+	b, err := avroAPI.Marshal(s, v)
+	if err != nil {
+		return nil, err
+	}
 	return append(dst, b...), nil
+}
+
+// hasMap reports whether s has a map anywhere; seen holds the schemas
+// already visited (a named type may refer to itself).
+func hasMap(s avro.Schema, seen map[avro.Schema]bool) bool {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if seen[s] {
+		return false
+	}
+	seen[s] = true
+	switch s := s.(type) {
+	case *avro.MapSchema:
+		return true
+	case *avro.ArraySchema:
+		return hasMap(s.Items(), seen)
+	case *avro.RecordSchema:
+		for _, f := range s.Fields() {
+			if hasMap(f.Type(), seen) {
+				return true
+			}
+		}
+	case *avro.UnionSchema:
+		for _, b := range s.Types() {
+			if hasMap(b, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// appendAvro appends the Avro binary of v (as toAvro returns it) for a
+// schema with maps: the entries of a map in key order, so that a payload
+// always encodes to the same bytes (hamba/avro writes them in Go's map
+// iteration order, different each time). Records, arrays, maps and unions
+// are written here as hamba/avro writes them (blocks of blockLength items
+// with their size); every other value by hamba/avro.
+func appendAvro(dst []byte, s avro.Schema, v any) ([]byte, error) {
+	var err error
+	switch s := s.(type) {
+	case *avro.RefSchema:
+		return appendAvro(dst, s.Schema(), v)
+	case *avro.RecordSchema:
+		obj, _ := v.(map[string]any)
+		for _, f := range s.Fields() {
+			if dst, err = appendAvro(dst, f.Type(), obj[f.Name()]); err != nil {
+				return nil, err
+			}
+		}
+		return dst, nil
+	case *avro.ArraySchema:
+		arr, ok := v.([]any)
+		if !ok {
+			return nil, fmt.Errorf("array: got %T", v)
+		}
+		return appendBlocks(dst, len(arr), func(dst []byte, i int) ([]byte, error) {
+			return appendAvro(dst, s.Items(), arr[i])
+		})
+	case *avro.MapSchema:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("map: got %T", v)
+		}
+		keys := slices.Sorted(maps.Keys(obj))
+		return appendBlocks(dst, len(keys), func(dst []byte, i int) ([]byte, error) {
+			dst = appendLong(dst, int64(len(keys[i])))
+			return appendAvro(append(dst, keys[i]...), s.Values(), obj[keys[i]])
+		})
+	case *avro.UnionSchema:
+		name, inner := "null", any(nil)
+		for k, e := range v.(map[string]any) { // toAvro's union form: nil or one entry
+			name, inner = k, e
+		}
+		b, i := s.Types().Get(name)
+		if i < 0 {
+			return nil, fmt.Errorf("union: no branch %q", name)
+		}
+		return appendAvro(appendLong(dst, int64(i)), b, inner)
+	}
+	b, err := avroAPI.Marshal(s, v)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
+}
+
+// appendBlocks appends n items written by item in blocks of up to
+// blockLength, then the 0 that ends them, as hamba/avro does.
+func appendBlocks(dst []byte, n int, item func(dst []byte, i int) ([]byte, error)) ([]byte, error) {
+	var err error
+	for start := 0; start < n; start += blockLength {
+		block := len(dst)
+		end := min(start+blockLength, n)
+		for i := start; i < end; i++ {
+			if dst, err = item(dst, i); err != nil {
+				return nil, err
+			}
+		}
+		dst = blockHeader(dst, block, end-start)
+	}
+	return append(dst, 0), nil
 }
 
 // decodeJSON decodes one JSON value, numbers as json.Number (no float

@@ -51,6 +51,7 @@ const (
 type avroNode struct {
 	kind    avroKind
 	schema  avro.Schema                // for the general path
+	maps    bool                       // schema has a map (hasMap)
 	logical avro.LogicalType           // kindTimestamp
 	decimal *avro.DecimalLogicalSchema // kindDecimal
 	fields  []avroField                // kindRecord, in the schema's order
@@ -77,7 +78,7 @@ func compileFast(s avro.Schema, seen map[*avro.RecordSchema]*avroNode) *avroNode
 	if r, ok := s.(*avro.RefSchema); ok {
 		s = r.Schema()
 	}
-	n := &avroNode{schema: s}
+	n := &avroNode{schema: s, maps: hasMap(s, map[avro.Schema]bool{})}
 	switch s := s.(type) {
 	case *avro.NullSchema:
 		n.kind = kindNull
@@ -106,7 +107,7 @@ func compileFast(s avro.Schema, seen map[*avro.RecordSchema]*avroNode) *avroNode
 			af := avroField{name: f.Name(), node: compileFast(f.Type(), seen)}
 			if f.HasDefault() {
 				if native, err := toAvro(f.Type(), defaultToJSON(f.Default()), f.Name(), true); err == nil {
-					if b, err := avroAPI.Marshal(f.Type(), native); err == nil {
+					if b, err := marshalAvro(nil, f.Type(), hasMap(f.Type(), map[avro.Schema]bool{}), native); err == nil {
 						af.def = b
 					}
 				}
@@ -320,11 +321,11 @@ func (n *avroNode) general(dst, data []byte, i int) ([]byte, int, bool) {
 	if err != nil {
 		return dst, end, false
 	}
-	b, err := avroAPI.Marshal(n.schema, native)
+	out, err := marshalAvro(dst, n.schema, n.maps, native)
 	if err != nil {
 		return dst, end, false
 	}
-	return append(dst, b...), end, true
+	return out, end, true
 }
 
 // record writes a JSON object's fields: each as it comes, then, when they

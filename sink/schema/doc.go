@@ -28,5 +28,8 @@
 //     strategies), never per event: schema ids and compiled schemas are kept
 //     for the life of the Encoder; a failed look-up is never remembered;
 //   - secrets (password, bearer token) never appear in an error, a log line
-//     or a formatted Config.
+//     or a formatted Config;
+//   - encoding is deterministic: the same payload and schema give the same
+//     bytes in every process (Avro maps in key order, avro.go; Protobuf
+//     serialized deterministically, proto.go).
 package schema
