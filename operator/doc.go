@@ -18,6 +18,8 @@
 //     lost slot left off, make the new slot under RecoveringSlot's name,
 //     hand it over once the replay is done, and name the events that could
 //     not be replayed;
+//   - slotmark.go: MarkSlot (SlotMarkOptions) writes walrelay's mark of the
+//     slot a recovery creates, as run does before it creates one;
 //   - redrive.go: Redrive (RedriveOptions) sends dead-lettered events to
 //     their topics;
 //   - prune.go: Prune (PruneOptions) deletes old rows and drops old daily

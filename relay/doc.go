@@ -37,7 +37,10 @@
 //   - exactly-once: a Kafka transaction holding a failed record is never
 //     committed, and a checkpoint never skips what another WAL history
 //     wrote (eos.go);
-//   - exactly-once: a slot missing at start whose checkpoint exists was lost,
-//     and Run does not create it again unless told to (slotguard.go): a new
-//     slot would start past the events the lost one never delivered.
+//   - in either delivery mode, Run marks a slot in the checkpoint topic
+//     before it creates it; a slot missing at start whose mark (or,
+//     exactly-once, whose checkpoint) exists was lost, and Run does not
+//     create it again unless told to (slotguard.go): a new slot would start
+//     past the events the lost one never delivered. An invalidated slot
+//     found at start is a *SlotLostError too (slotlost.go).
 package relay

@@ -54,6 +54,7 @@ type metrics struct {
 	reconnects       *prometheus.CounterVec
 	kafkaRetries     prometheus.Counter
 	reservedHeaders  prometheus.Counter
+	slotRecoveries   prometheus.Counter
 	heartbeatLatency prometheus.Histogram
 	heartbeatErrors  prometheus.Counter
 	heartbeatLast    prometheus.Gauge
@@ -96,6 +97,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_dead_letters_total", Help: "Events sent to the dead-letter topic, by reason."}, []string{"reason"}),
 		kafkaRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_kafka_topic_retries_total", Help: "Topic look-ups or creations retried because Kafka was unavailable (the pipeline waits meanwhile)."}),
+		slotRecoveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walrelay_slot_recoveries_total", Help: "Lost replication slots this process recovered by itself (on-slot-lost recover): a replay since the last delivered event, then a new slot."}),
 		reservedHeaders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_reserved_headers_dropped_total", Help: "Entries of the headers column dropped because they would shadow a walrelay header (id, event_type, aggregate_type, walrelay.*, ce_*)."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -164,7 +167,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
 	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
-	reg.MustRegister(m.events, m.transactions, m.ignored, m.filtered, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders,
+	reg.MustRegister(m.events, m.transactions, m.ignored, m.filtered, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders, m.slotRecoveries,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,

@@ -57,12 +57,27 @@ type Options struct {
 	// ExactlyOnce turns on Kafka transactions; nil is at-least-once.
 	ExactlyOnce *ExactlyOnce
 
-	// AcceptSlotLoss lets Run create a missing slot in exactly-once mode
-	// even though the slot's checkpoint shows that walrelay delivered from
-	// a slot of that name before (slotguard.go): the events committed
-	// between the loss and the new slot are then never sent. Without it
-	// Run stops with a *SlotLostError.
+	// AcceptSlotLoss lets Run create a missing slot even though walrelay's
+	// mark of the slot (or, exactly-once, its checkpoint) shows that walrelay
+	// streamed from a slot of that name before (slotguard.go): the events
+	// committed between the loss and the new slot are then never sent.
+	// Without it Run stops with a *SlotLostError.
 	AcceptSlotLoss bool
+
+	// SlotMarkTopic is the compacted topic where Run marks, before creating
+	// it, the slot it streams from (slotguard.go, sink.SlotMark), in both
+	// delivery modes; "": ExactlyOnce.CheckpointTopic in exactly-once mode,
+	// else sink.DefaultCheckpointTopic. SlotMarkReplicationFactor is the
+	// replication factor of the topic when Run creates it (0 or -1: the
+	// broker's default).
+	SlotMarkTopic             string
+	SlotMarkReplicationFactor int16
+
+	// SlotRecoveries is how often the embedding program recovered a lost
+	// slot before this Run in the same process (walrelay run's on-slot-lost
+	// recover): the walrelay_slot_recoveries_total counter starts there, so
+	// that it keeps counting across Runs.
+	SlotRecoveries int
 
 	// OutboxSpan turns on the walrelay_outbox_* metrics (the outbox
 	// tables' retained span, retention.go); nil: off.
@@ -75,6 +90,21 @@ type Options struct {
 	// OTEL_* environment variables, and traces only when they set an OTLP
 	// endpoint (ParseTracingEnv).
 	TracerProvider trace.TracerProvider
+}
+
+// slotMarks returns the topic of the slot marks and its replication factor.
+func (o *Options) slotMarks() (string, int16) {
+	topic, rf := o.SlotMarkTopic, o.SlotMarkReplicationFactor
+	if topic == "" {
+		topic = sink.DefaultCheckpointTopic
+		if o.ExactlyOnce != nil && o.ExactlyOnce.CheckpointTopic != "" {
+			topic = o.ExactlyOnce.CheckpointTopic
+		}
+	}
+	if rf == 0 {
+		rf = -1
+	}
+	return topic, rf
 }
 
 // ExactlyOnce holds the settings of exactly-once delivery (eos.go).

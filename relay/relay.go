@@ -96,17 +96,23 @@ func Run(ctx context.Context, opts Options) error {
 	stopSpan := startSpanPoll(ctx, opts, reg)
 	defer stopSpan()
 
-	if err := checkSlotHistory(ctx, opts, snk); err != nil {
-		return err
-	}
-	rcfg := opts.Replication
-	rcfg.PrimaryDSN = opts.HeartbeatDSN
-	conn, err := replication.Open(ctx, rcfg)
+	m.slotRecoveries.Add(float64(opts.SlotRecoveries))
+	marker, err := guardSlot(ctx, opts, snk, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
+	}
+	rcfg := opts.Replication
+	rcfg.PrimaryDSN = opts.HeartbeatDSN
+	rcfg.Marker = marker
+	conn, err := replication.Open(ctx, rcfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return slotLostAtStart(slot, err)
 	}
 	tr, err := checkpoint.New(checkpoint.Config{MaxInFlight: opts.trackerCap()}, conn.Start)
 	if err != nil {

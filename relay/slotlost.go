@@ -33,7 +33,17 @@ type SlotLostError struct {
 	// slot of that name on this server before, up to LastLSN; walrelay did
 	// not create the slot again (see Options.AcceptSlotLoss).
 	Checkpoint bool
-	Err        error // the replication package's *PrereqError; nil with Checkpoint
+	// Marked: the slot was missing when walrelay started, and walrelay's
+	// mark of it (slotguard.go), written at MarkedAt, shows that walrelay
+	// made a slot of that name in Database on this server before; walrelay
+	// did not create the slot again (see Options.AcceptSlotLoss).
+	Marked   bool
+	Database string
+	MarkedAt time.Time
+	// AtStart: Run found the slot unusable (invalidated, temporary) when it
+	// started, before streaming.
+	AtStart bool
+	Err     error // the replication package's *PrereqError; nil with Checkpoint or Marked
 }
 
 func (e *SlotLostError) Error() string {
@@ -44,6 +54,25 @@ func (e *SlotLostError) Error() string {
 		fmt.Fprintf(&b, "replication slot %q does not exist, but its exactly-once checkpoint shows that walrelay delivered from a slot of that name "+
 			"on this server up to %s: the slot was dropped or lost, and events committed since then may be missing from Kafka. "+
 			"walrelay does not create the slot again, which would hide that gap. ", e.Slot, e.LastLSN)
+		b.WriteString(recoverAdvice)
+		return b.String()
+	}
+	if e.Marked {
+		fmt.Fprintf(&b, "replication slot %q does not exist, but walrelay's mark shows that walrelay made a slot of that name in database %q on this server (marked %s): "+
+			"the slot was dropped or lost, and events committed since then may be missing from Kafka. walrelay does not create the slot again, which would hide that gap. ",
+			e.Slot, e.Database, e.MarkedAt.UTC().Format(time.RFC3339))
+		b.WriteString(recoverAdvice)
+		return b.String()
+	}
+	var pe *replication.PrereqError
+	switch {
+	case e.AtStart && lost != nil && lost.Invalidated != "":
+		fmt.Fprintf(&b, "replication slot %q was invalidated while walrelay was not streaming from it (%s): the WAL it needed is gone", e.Slot, lost.Invalidated)
+	case e.AtStart && errors.As(e.Err, &pe):
+		b.WriteString(pe.Problem)
+	}
+	if e.AtStart {
+		b.WriteString("; events committed after its last confirmed position may be missing from Kafka, and creating the slot again would hide them. ")
 		b.WriteString(recoverAdvice)
 		return b.String()
 	}
@@ -78,13 +107,23 @@ func (e *SlotLostError) Unwrap() error { return e.Err }
 // SettingKeys: a failover needs failover slots; a slot found missing at
 // start is created only when the loss is accepted.
 func (e *SlotLostError) SettingKeys() []string {
-	if e.Checkpoint {
+	if e.Checkpoint || e.Marked {
 		return []string{"slot", "accept-slot-loss"}
 	}
 	if e.Failover {
 		return []string{"slot-failover"}
 	}
 	return []string{"slot"}
+}
+
+// slotLostAtStart returns the SlotLostError of err, replication.Open's at
+// start, when err says the slot is lost (invalidated, temporary), else err.
+func slotLostAtStart(slot string, err error) error {
+	var lost *replication.SlotLostError
+	if !errors.As(err, &lost) {
+		return err
+	}
+	return &SlotLostError{Slot: slot, AtStart: true, Current: lost.System, Err: err}
 }
 
 // slotLost returns the SlotLostError of err when err says the slot is gone,

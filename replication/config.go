@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +32,10 @@ type Config struct {
 	// SlotMustExist marks a reconnect: the slot was in use before, so its
 	// absence means it was dropped and events may have been skipped.
 	SlotMustExist bool
+	// Marker, when set, is told before the slot is created (once every
+	// other check passed) and when its creation failed: the caller's record
+	// that the slot was made, which must exist before the slot does.
+	Marker SlotMarker
 	// NoCreatePublication refuses to start when the publication is missing
 	// instead of creating it.
 	NoCreatePublication bool
@@ -200,3 +205,14 @@ func (t TableName) String() string { return t.Schema + "." + t.Name }
 
 // Quoted returns the table as a quoted SQL identifier.
 func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// SlotMarker records, outside Postgres, that a slot is about to be created
+// (Config.Marker).
+type SlotMarker interface {
+	// Mark is called right before the slot is created; an error stops the
+	// creation and is returned by Open.
+	Mark(ctx context.Context) error
+	// Unmark is called when the creation failed after Mark (not when
+	// another process created the slot first).
+	Unmark(ctx context.Context)
+}

@@ -57,6 +57,18 @@ func SystemIdentifier(ctx context.Context, q Querier) (string, error) {
 	return string(rows[0][0]), nil
 }
 
+// DatabaseName reads the name of the database q is connected to.
+func DatabaseName(ctx context.Context, q Querier) (string, error) {
+	rows, err := q.queryRows(ctx, "SELECT current_database()::text")
+	if err != nil {
+		return "", err
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil {
+		return "", errors.New("current_database: unexpected result")
+	}
+	return string(rows[0][0]), nil
+}
+
 // TimelineSwitch is one entry of a timeline's history: Timeline ended at
 // Switch, where its successor in the history began. WAL below Switch is the
 // same in Timeline and in every timeline descended from it at Switch.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrSlotMissing is the cause of ReadSlot's error for a slot that does not
@@ -220,7 +221,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	if !exists {
 		if c.cfg.SlotMustExist {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q disappeared while walrelay was using it: events committed after its last confirmed position may have been skipped", c.cfg.Slot),
-				Fix: "find out who dropped it; reconcile the outbox rows written since then (or replay them), then restart walrelay, which creates a new slot at the current position",
+				Fix: "find out who dropped it; recover with a replay since the last delivered event (it re-publishes the rows committed since then and creates the new slot), then start walrelay again",
 				Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System}}
 		}
 		if c.cfg.NoCreateSlot {
@@ -231,6 +232,11 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
 				Fix:      fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or let walrelay create missing slots (only events written after its creation are relayed)", slot),
 				Settings: []string{"create-slot"}, Err: ErrMissing}
+		}
+		if m := c.cfg.Marker; m != nil {
+			if err := m.Mark(ctx); err != nil {
+				return err
+			}
 		}
 		var res pglogrepl.CreateReplicationSlotResult
 		if c.Standby && c.cfg.PrimaryDSN != "" {
@@ -244,6 +250,10 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
 		}
 		if err != nil {
+			var pe *pgconn.PgError
+			if m := c.cfg.Marker; m != nil && !(errors.As(err, &pe) && pe.Code == "42710") { // 42710: another process made it first
+				m.Unmark(context.WithoutCancel(ctx))
+			}
 			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 		}
 		lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
@@ -266,7 +276,7 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}
 	case s.WALStatus == "lost":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
-			Fix: "reconcile the outbox rows written since the slot's confirmed position, then drop and recreate the slot (SELECT pg_drop_replication_slot(...)); raise max_slot_wal_keep_size",
+			Fix: "recover with a replay since the last delivered event (it re-publishes the rows committed since then, drops the lost slot and creates the new one), then start walrelay again; raise max_slot_wal_keep_size",
 			Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System, Invalidated: invalidation(s)}}
 	case s.ConfirmedFlushLSN == 0:
 		return fmt.Errorf("slot %s: no confirmed_flush_lsn", c.cfg.Slot)

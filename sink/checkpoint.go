@@ -124,8 +124,21 @@ const (
 // an empty topic. A record of key that is no checkpoint is a
 // *CheckpointFormatError.
 func (s *Sink) ReadCheckpoint(ctx context.Context, topic, key string) (cp Checkpoint, ok bool, err error) {
-	fail := func(err error) (Checkpoint, bool, error) {
-		return Checkpoint{}, false, fmt.Errorf("kafka: read checkpoint topic %q: %w", topic, err)
+	rec, err := s.readLastOfKey(ctx, topic, key)
+	if err != nil || rec == nil {
+		return Checkpoint{}, false, err
+	}
+	if cp, err = parseCheckpoint(rec.Value); err != nil {
+		return Checkpoint{}, false, &CheckpointFormatError{Topic: topic, Key: key, Partition: rec.Partition, Offset: rec.Offset, Err: err}
+	}
+	return cp, true, nil
+}
+
+// readLastOfKey returns the last committed record of key in topic (nil when
+// there is none), read as ReadCheckpoint says.
+func (s *Sink) readLastOfKey(ctx context.Context, topic, key string) (*kgo.Record, error) {
+	fail := func(err error) (*kgo.Record, error) {
+		return nil, fmt.Errorf("kafka: read checkpoint topic %q: %w", topic, err)
 	}
 	ends, err := s.admin.ListEndOffsets(ctx, topic)
 	if err == nil {
@@ -141,7 +154,7 @@ func (s *Sink) ReadCheckpoint(ctx context.Context, topic, key string) (cp Checkp
 	if err != nil {
 		return fail(fmt.Errorf("list start offsets: %w", err))
 	}
-	var latest time.Time
+	var last *kgo.Record
 	var ferr error
 	ends.Each(func(o kadm.ListedOffset) {
 		start, _ := starts.Lookup(topic, o.Partition)
@@ -149,20 +162,20 @@ func (s *Sink) ReadCheckpoint(ctx context.Context, topic, key string) (cp Checkp
 			return
 		}
 		pr := partitionReader{s: s, topic: topic, partition: o.Partition, start: start.Offset, end: o.Offset, key: key}
-		c, at, found, err := pr.read(ctx)
+		rec, err := pr.read(ctx)
 		switch {
 		case err != nil:
 			ferr = err
-		case found && (!ok || at.After(latest)):
+		case rec != nil && (last == nil || rec.Timestamp.After(last.Timestamp)):
 			// One partition holds the key (the topic is made with one; the
 			// newest across several, should an operator have added some).
-			cp, ok, latest = c, true, at
+			last = rec
 		}
 	})
 	if ferr != nil {
 		return fail(ferr)
 	}
-	return cp, ok, nil
+	return last, nil
 }
 
 // partitionReader reads one partition of the checkpoint topic up to end.
@@ -179,9 +192,9 @@ type partitionReader struct {
 	known   bool // leader and topicID are loaded
 }
 
-// read returns the last committed checkpoint of key in the partition and
-// the record's timestamp.
-func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time, found bool, err error) {
+// read returns the last committed record of key in the partition (nil when
+// there is none).
+func (r *partitionReader) read(ctx context.Context) (last *kgo.Record, err error) {
 	open := map[int64]*kgo.Record{} // producer id -> its open transaction's last record of key
 	wait := checkpointRetryMin
 	retry := func(cause error) error {
@@ -200,7 +213,7 @@ func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time
 		if !r.known {
 			if err := r.locate(ctx); err != nil {
 				if rerr := retry(err); rerr != nil {
-					return cp, at, false, rerr
+					return nil, rerr
 				}
 				continue
 			}
@@ -224,7 +237,7 @@ func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time
 		}
 		if err != nil {
 			if rerr := retry(err); rerr != nil {
-				return cp, at, false, rerr
+				return nil, rerr
 			}
 			continue
 		}
@@ -240,7 +253,7 @@ func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time
 		}, rp, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
 			if rerr := retry(fp.Err); rerr != nil {
-				return cp, at, false, rerr
+				return nil, rerr
 			}
 			continue
 		}
@@ -248,38 +261,24 @@ func (r *partitionReader) read(ctx context.Context) (cp Checkpoint, at time.Time
 			switch {
 			case rec.Offset >= r.end:
 			case rec.Attrs.IsControl():
-				last := open[rec.ProducerID]
+				txnLast := open[rec.ProducerID]
 				delete(open, rec.ProducerID)
-				if last != nil && controlCommits(rec.Key) {
-					if cp, err = r.parse(last); err != nil {
-						return cp, at, false, err
-					}
-					at, found = last.Timestamp, true
+				if txnLast != nil && controlCommits(rec.Key) {
+					last = txnLast
 				}
 			case string(rec.Key) != r.key:
 			case rec.Attrs.IsTransactional():
 				open[rec.ProducerID] = rec
 			default: // written outside a transaction: committed as it stands
-				if cp, err = r.parse(rec); err != nil {
-					return cp, at, false, err
-				}
-				at, found = rec.Timestamp, true
+				last = rec
 			}
 		}
 		if next <= offset {
-			return cp, at, false, fmt.Errorf("partition %d: fetch at offset %d made no progress", r.partition, offset)
+			return nil, fmt.Errorf("partition %d: fetch at offset %d made no progress", r.partition, offset)
 		}
 		offset = next
 	}
-	return cp, at, found, nil
-}
-
-func (r *partitionReader) parse(rec *kgo.Record) (Checkpoint, error) {
-	cp, err := parseCheckpoint(rec.Value)
-	if err != nil {
-		return cp, &CheckpointFormatError{Topic: r.topic, Key: r.key, Partition: r.partition, Offset: rec.Offset, Err: err}
-	}
-	return cp, nil
+	return last, nil
 }
 
 // controlCommits reports whether a control record's key is a commit marker

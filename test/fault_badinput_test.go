@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walrelay/walrelay/internal/testwait"
 )
 
 // TestFaultBadInputs feeds walrelay inputs it cannot turn into ordinary records, end to
@@ -423,7 +425,8 @@ func TestFaultBadInputs(t *testing.T) {
 
 	// max_slot_wal_keep_size invalidates the slot of a stopped walrelay (private cluster:
 	// ALTER SYSTEM must not touch the shared one). walrelay must then refuse to start with
-	// a message that events may have been lost.
+	// a message that events may have been lost, and name the recovery command (dropping
+	// and recreating the slot by hand would lose the gap).
 	t.Run("slot_invalidated", func(t *testing.T) {
 		penv, _ := startPrivateCluster(t, env)
 		s := newScenario(t, penv, "fbwal")
@@ -436,6 +439,7 @@ func TestFaultBadInputs(t *testing.T) {
 		})
 		p := s.startReady("--status-interval", "200ms")
 		fw := newFaultWriter(t, s, dsn, newRandFrom(rng))
+		fw.deletePct = 0 // the recovery below re-publishes kept rows
 		fw.writeSome(t, 10)
 		waitSlotLSN(t, dsn, s.name, fw.lastPostLSN(), time.Minute, p)
 		p.sigterm()
@@ -461,6 +465,29 @@ func TestFaultBadInputs(t *testing.T) {
 		p2 := s.start()
 		line := faultExpectExit(t, p2, 60*time.Second, []string{s.name, "lost|invalidated", "missing|may have been lost|lost events"})
 		t.Logf("scenario=fault_bad/slot_invalidated wal_status=lost outcome=refused_to_start exit=%d error_line=%s", p2.exitCode(), line)
+		if want := "walrelay replay --since-last-delivered --slot=" + s.name; !strings.Contains(p2.log(), want) {
+			t.Errorf("the refusal does not name the recovery command %q:\n%s", want, p2.tail(6))
+		}
+		if strings.Contains(p2.log(), "drop and recreate") {
+			t.Errorf("the refusal still advises to drop and recreate the slot by hand (that loses the gap):\n%s", p2.tail(6))
+		}
+
+		// With on-slot-lost recover, run recovers by itself: it drops the
+		// invalidated slot, replays the gap and streams from a new slot.
+		p3 := s.start("--on-slot-lost", "recover")
+		testwait.Eventually(t, 2*time.Minute, "walrelay to recover and stream from the new slot", func() bool {
+			if p3.exited() {
+				t.Fatalf("walrelay run with on-slot-lost recover exited: %s\n%s", p3.exitStatus(), p3.tail(12))
+			}
+			return strings.Contains(p3.log(), `"msg":"streaming"`)
+		})
+		fw.writeSome(t, 5) // after the hand-over
+		waitSlotLSN(t, dsn, s.name, fw.lastPostLSN(), time.Minute, p3)
+		res := recoveryVerify(t, s, fw)
+		t.Logf("scenario=fault_bad/slot_invalidated on-slot-lost=recover %s", res.summary("slot_invalidated_recover"))
+		if res.lost != 0 || res.rolledBackDelivered != 0 || res.unknown != 0 {
+			t.Errorf("on-slot-lost recover after an invalidated slot: lost=%d rolled_back_delivered=%d unknown=%d", res.lost, res.rolledBackDelivered, res.unknown)
+		}
 	})
 }
 

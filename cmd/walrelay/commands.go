@@ -33,7 +33,7 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 		"procs", runtime.GOMAXPROCS(0))
 	opts, err := cfg.Relay(log)
 	if err == nil {
-		err = relay.Run(ctx, opts)
+		err = runRelay(ctx, cfg, opts, c)
 	}
 	if err != nil {
 		err, isConfig := settingError(err)

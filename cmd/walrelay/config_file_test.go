@@ -140,6 +140,7 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 
 		"force":                   {"true", "true"},
 		"accept-slot-loss":        {"true", "true"},
+		"on-slot-lost":            {"recover", "recover"},
 		"outbox-span-interval":    {"5m", "5m0s"},
 		"outbox-retention-target": {"7d", "168h0m0s"},
 		"since":                   {"2026-11-24", "2026-11-24T00:00:00Z"},

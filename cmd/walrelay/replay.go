@@ -56,6 +56,12 @@ var replayGroups = []string{config.GroupGeneral, config.GroupPostgres, config.Gr
 
 // replayCommand is `walrelay replay`.
 func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
+	return replay(ctx, cfg, c, handOver)
+}
+
+// replay runs the replay (or recovery) of cfg and prints its outcome; done
+// is the line that ends a recovery.
+func replay(ctx context.Context, cfg config.ReplayConfig, c *call, done string) int {
 	ro, err := cfg.Replay(c.log)
 	if err != nil {
 		return c.result("replay failed", err)
@@ -73,6 +79,13 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 		}
 		printRecoveryPlan(c.stdout, rec)
 		if !cfg.DryRun {
+			mo, err := cfg.SlotMark(c.log)
+			if err == nil {
+				err = operator.MarkSlot(ctx, mo)
+			}
+			if err != nil {
+				return replayFailed(c, err)
+			}
 			reused, err := rec.CreateSlot(ctx, opts)
 			if err != nil {
 				return replayFailed(c, err)
@@ -95,7 +108,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	switch {
 	case errors.As(err, &nothing) && cfg.SinceLastDelivered:
 		fmt.Fprintf(c.stdout, "%s\n", nothing.Error())
-		return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, err))
+		return finishRecovery(ctx, c, cfg, opts, &rec, done, rec.Lost(ro, err))
 	case err != nil:
 		code := replayFailed(c, err)
 		switch {
@@ -108,7 +121,7 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 	case cfg.DryRun:
 		printDryRun(c.stdout, cfg, res)
 		if cfg.SinceLastDelivered {
-			return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, nil))
+			return finishRecovery(ctx, c, cfg, opts, &rec, done, rec.Lost(ro, nil))
 		}
 		return ExitOK
 	}
@@ -119,15 +132,15 @@ func replayCommand(ctx context.Context, cfg config.ReplayConfig, c *call) int {
 		return ExitFailure
 	}
 	if cfg.SinceLastDelivered {
-		return finishRecovery(ctx, c, cfg, opts, &rec, rec.Lost(ro, nil))
+		return finishRecovery(ctx, c, cfg, opts, &rec, done, rec.Lost(ro, nil))
 	}
 	return ExitOK
 }
 
 // finishRecovery ends a recovery whose replay sent every row it could:
-// the new slot is handed over (not in a dry run), and lost, the events it
-// could not replay, is reported (exit 1).
-func finishRecovery(ctx context.Context, c *call, cfg config.ReplayConfig, opts operator.RecoveryOptions, rec *operator.Recovery, lost error) int {
+// the new slot is handed over (not in a dry run), done is printed, and
+// lost, the events it could not replay, is reported (exit 1).
+func finishRecovery(ctx context.Context, c *call, cfg config.ReplayConfig, opts operator.RecoveryOptions, rec *operator.Recovery, done string, lost error) int {
 	if !cfg.DryRun {
 		if err := rec.HandOver(ctx, opts); err != nil {
 			code := replayFailed(c, err)
@@ -141,7 +154,7 @@ func finishRecovery(ctx context.Context, c *call, cfg config.ReplayConfig, opts 
 		return ExitFailure
 	}
 	if !cfg.DryRun {
-		fmt.Fprintln(c.stdout, handOver)
+		fmt.Fprintln(c.stdout, done)
 	}
 	return ExitOK
 }

@@ -77,5 +77,5 @@ func recoverySuggestion(cfg config.Config) suggestion {
 	if cfg.Slot == def.Slot {
 		words = append(words, "--slot="+cfg.Slot)
 	}
-	return newSuggestion("recover with", words, &cfg, &def, carried("create-slot", "accept-slot-loss"))
+	return newSuggestion("recover with", words, &cfg, &def, carried("create-slot", "accept-slot-loss", "on-slot-lost"))
 }

@@ -236,8 +236,8 @@ func (c *Config) settings() []setting {
 	ss = append(ss, g(GroupDelivery,
 		setting{name: "delivery", usage: "at-least-once or exactly-once (Kafka transactions; consumers must read with isolation.level=read_committed)", value: stringVal{&c.Delivery}},
 		setting{name: "transactional-id", usage: "exactly-once: Kafka transactional.id (default walrelay-<slot>; every instance of a slot must use the same)", value: stringVal{&c.TransactionalID}},
-		setting{name: "checkpoint-topic", usage: "exactly-once: compacted topic of the committed checkpoints (created if missing)", value: stringVal{&c.CheckpointTopic}},
-		setting{name: "checkpoint-replication-factor", usage: "exactly-once: replication factor of a created checkpoint topic (-1: broker default)", value: intVal{&c.CheckpointReplicationFactor}},
+		setting{name: "checkpoint-topic", usage: "compacted topic of walrelay's marks of the slots it made (both delivery modes) and, exactly-once, of the committed checkpoints (created if missing)", value: stringVal{&c.CheckpointTopic}},
+		setting{name: "checkpoint-replication-factor", usage: "replication factor of a created checkpoint topic (-1: broker default)", value: intVal{&c.CheckpointReplicationFactor}},
 		setting{name: "txn-commit-interval", usage: "exactly-once: how long a Kafka transaction stays open before it is committed at the next Postgres transaction end", value: durVal{&c.TxnCommitInterval}},
 		setting{name: "txn-max-records", usage: "exactly-once: records after which a Kafka transaction is committed at the next Postgres transaction end (0: twice --max-in-flight)", value: intVal{&c.TxnMaxRecords}},
 	)...)
@@ -477,6 +477,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		Logger:               log,
 	}
 	c.SafetyNet.apply(&o)
+	o.SlotMarkTopic, o.SlotMarkReplicationFactor = c.CheckpointTopic, int16(c.CheckpointReplicationFactor)
 	if c.Delivery == DeliveryExactlyOnce {
 		maxRecords := c.TxnMaxRecords
 		if maxRecords <= 0 {

@@ -33,6 +33,14 @@ func (c ReplayConfig) Recovery(log *slog.Logger) (operator.RecoveryOptions, erro
 	return operator.RecoveryOptions{Replication: o.Replication, Delivered: delivered(o), Margin: c.RecoveryMargin}, err
 }
 
+// SlotMark is where a recovery marks the slot it creates: run's slot, Kafka
+// settings and checkpoint topic (the marks' topic in both delivery modes).
+func (c Config) SlotMark(log *slog.Logger) (operator.SlotMarkOptions, error) {
+	o, err := c.Relay(log)
+	return operator.SlotMarkOptions{Replication: o.Replication, Sink: o.Sink, Topic: o.SlotMarkTopic,
+		ReplicationFactor: o.SlotMarkReplicationFactor, Logger: log}, err
+}
+
 // Redrive is the redrive's options: run's tables, mapping, routing and
 // Kafka settings, the selection of dead letters and the group.
 func (c RedriveConfig) Redrive(log *slog.Logger) (operator.RedriveOptions, error) {
