@@ -88,7 +88,7 @@ func (g PruneGuard) Reason() string {
 	switch {
 	case g.recovering():
 		return fmt.Sprintf("a recovery of replication slot %q is unfinished (its slot %q exists): its replay may not have sent them yet; "+
-			"run the recovery again (walrelay replay --since-last-delivered) to finish it", g.Slot.Name, g.Recovering.Name)
+			"run the recovery again (the replay since the last delivered event) to finish it", g.Slot.Name, g.Recovering.Name)
 	case !g.NeedsDelivered() && g.Slot.CatalogXmin != 0:
 		return fmt.Sprintf("their transactions are not older than the catalog_xmin %d of replication slot %q (confirmed up to %s): "+
 			"their events may not be in Kafka yet", g.Slot.CatalogXmin, g.Slot.Name, g.Slot.Confirmed)

@@ -375,8 +375,8 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 		return rec, err
 	}
 	if rec.Slot.Exists && rec.Slot.OtherDatabase {
-		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
-			slot, slotGone(rec.Slot))
+		return rec, &OptionError{Option: "Replication.Slot", Err: fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own",
+			slot, slotGone(rec.Slot))}
 	}
 	if n := len(RecoveringSlot(slot)); n > maxSlotName {
 		return rec, &OptionError{Option: "Replication.Slot", Err: fmt.Errorf("%q is too long for a recovery, which names its new slot %q (%d bytes, at most %d) until the hand-over",
@@ -386,8 +386,8 @@ func PlanRecovery(ctx context.Context, opts RecoveryOptions) (Recovery, error) {
 		return rec, err
 	}
 	if rec.Pending.Exists && rec.Pending.OtherDatabase {
-		return rec, fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own (set --slot)",
-			rec.Pending.Name, slotGone(rec.Pending))
+		return rec, &OptionError{Option: "Replication.Slot", Err: fmt.Errorf("replication slot %q is %s: slot names are cluster-wide, so this database's walrelay needs a slot name of its own",
+			rec.Pending.Name, slotGone(rec.Pending))}
 	}
 	if rec.Slot.Exists && !rec.Slot.Lost && rec.Pending.Exists {
 		return rec, &RecoveryPendingError{Slot: rec.Slot, Pending: rec.Pending}
@@ -416,8 +416,8 @@ type RecoveryPendingError struct{ Slot, Pending SlotState }
 
 func (e *RecoveryPendingError) Error() string {
 	return fmt.Sprintf("replication slot %q exists, and so does %q, the slot of a recovery that did not finish: if that recovery printed "+
-		"\"recovery done\", drop %q (SELECT pg_drop_replication_slot('%s')); otherwise replay the gap with walrelay replay --since <the start that "+
-		"recovery printed> first, then drop it. Until it is dropped, prune deletes nothing", e.Slot.Name, e.Pending.Name, e.Pending.Name, e.Pending.Name)
+		"\"recovery done\", drop %q (SELECT pg_drop_replication_slot('%s')); otherwise replay the gap first (a replay since the start that "+
+		"recovery printed), then drop it. Until it is dropped, prune deletes nothing", e.Slot.Name, e.Pending.Name, e.Pending.Name, e.Pending.Name)
 }
 
 // CreateSlot makes the new slot of a recovery, under RecoveringSlot's
