@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
 )
 
 // outboxTable is one outbox table as a replay reads it: its columns as a
@@ -99,10 +100,7 @@ type ReplayTimeColumnError struct {
 }
 
 func (e *ReplayTimeColumnError) Error() string {
-	if e.Type == "" {
-		return fmt.Sprintf("outbox table %s has no column %q to order and select rows by time; name its timestamp column", e.Table, e.Column)
-	}
-	return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; name its timestamp column", e.Column, e.Table, e.Type)
+	return (&replication.TimeColumnError{Table: e.Table, Column: e.Column, Type: e.Type}).Error()
 }
 
 // SettingKeys names the setting that chooses the time column.

@@ -179,6 +179,9 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}
 	}
+	if err == nil {
+		checkTimeColumns(ctx, cfg, w)
+	}
 	if cfg.MessagePrefix != "" && err == nil {
 		if ok, note := checkTableless(ctx, cfg); ok {
 			fmt.Fprintf(w, "ok   %-11s %s\n", "tableless", note)

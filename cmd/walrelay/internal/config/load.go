@@ -65,8 +65,9 @@ func configSetting(path *string) setting {
 // by --config (or WALRELAY_CONFIG), then the WALRELAY_* environment, then the
 // flags in args, each over the one before; reads the secrets whose files are
 // set; and validates the result with s.Validate. Only the command's own
-// settings are flags, variables and keys of it; the file may also hold keys
-// of other commands' settings, which it ignores.
+// settings are variables and keys of it; the file may also hold keys of
+// other commands' settings, and the command line flags of walrelay run's,
+// which it ignores.
 //
 // -h prints cmd.Usage and the command's settings to help and returns
 // flag.ErrHelp; a command line that does not parse is a usage error
@@ -85,6 +86,16 @@ func Load(cmd Command, s Settings, args []string, getenv func(string) string, he
 		byName[st.name] = st
 		if !st.yamlOnly {
 			fs.Var(flagValue{Value: st.value, given: &given}, st.name, st.usage)
+		}
+	}
+	// One command line serves every command, as one --config file does: a
+	// flag of walrelay run's settings that this command lacks is parsed
+	// (a bad value is still a usage error) and ignored. -h lists only the
+	// command's own.
+	shared := Defaults()
+	for _, st := range shared.settings() {
+		if _, own := byName[st.name]; !own && !st.yamlOnly {
+			fs.Var(st.value, st.name, st.usage)
 		}
 	}
 	fs.Usage = func() { printHelp(fs.Output(), cmd, fs, all) }
