@@ -68,7 +68,7 @@ func TestDebeziumTableSafetyNet(t *testing.T) {
 	// Debezium's connector, as Kafka Connect's REST API returns it.
 	connector := func(extra map[string]string) string {
 		cfg := map[string]string{
-			"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+			"connector.class":   "io.debezium.connector.postgresql.PostgresConnector",
 			"database.hostname": "127.0.0.1", "database.port": "5432", "database.user": "postgres",
 			"database.password": "secret", "database.dbname": "postgres", "topic.prefix": name,
 			"table.include.list": table, "plugin.name": "pgoutput", "slot.name": name + "_dbz",
