@@ -153,3 +153,27 @@ func TestDoctorLinesNameTheCheckOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandGroupsAndRequiredSettings: `walrelay help config` prints the usage of
+// config from-debezium (the one command of the group), `walrelay config` alone names
+// its sub-commands, and run without its two required settings names both at once.
+func TestCommandGroupsAndRequiredSettings(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"help", "config"}, ExitOK, []string{"Usage: walrelay config from-debezium"}},
+		{[]string{"help", "dlq"}, ExitOK, []string{"Usage: walrelay dlq redrive"}},
+		{[]string{"config"}, ExitConfig, []string{"walrelay config from-debezium", "walrelay help config"}},
+		{[]string{"run"}, ExitConfig, []string{"postgres-dsn", "kafka-brokers", "WALRELAY_POSTGRES_DSN", "WALRELAY_KAFKA_BROKERS"}},
+	} {
+		code, out := mainOut(nil, c.args...)
+		for _, w := range c.want {
+			if code != c.code || !strings.Contains(out, w) {
+				t.Errorf("walrelay %s: exit %d, want %d and %q\n%s", strings.Join(c.args, " "), code, c.code, w, out)
+				break
+			}
+		}
+	}
+}

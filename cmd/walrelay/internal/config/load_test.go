@@ -188,3 +188,27 @@ func TestEveryCommandValidatesSharedKeysAlike(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFlagsServeEveryCommand: run's command line serves prune and status as one
+// --config file does: a flag of run's that the command lacks is taken and ignored,
+// a bad value of it is still refused, and -h lists only the command's own flags.
+func TestRunFlagsServeEveryCommand(t *testing.T) {
+	shared := []string{"--postgres-dsn", "postgres://u@db/app", "--kafka-brokers", "k:9092", "--publication", "pub", "--topic", "t.{aggregate_type}", "--slot", "s1"}
+	prune := DefaultPruneConfig()
+	if err := Load(Command{Name: "prune"}, &prune, append(shared, "--older-than", "3d"), envMap(nil), io.Discard); err != nil || prune.Slot != "s1" {
+		t.Errorf("prune with run's flags: %v (slot %q)", err, prune.Slot)
+	}
+	status := DefaultStatusConfig()
+	if err := Load(Command{Name: "status"}, &status, shared, envMap(nil), io.Discard); err != nil {
+		t.Errorf("status with run's flags: %v", err)
+	}
+	status = DefaultStatusConfig()
+	if err := Load(Command{Name: "status"}, &status, []string{"--postgres-dsn", "postgres://u@db/app", "--max-in-flight", "many"}, envMap(nil), io.Discard); err == nil {
+		t.Error("status took a bad value of run's --max-in-flight")
+	}
+	status = DefaultStatusConfig()
+	var help strings.Builder
+	if err := Load(Command{Name: "status", Usage: "Usage: walrelay status\n"}, &status, []string{"-h"}, envMap(nil), &help); !errors.Is(err, flag.ErrHelp) || strings.Contains(help.String(), "-publication") {
+		t.Errorf("status -h: %v, lists run's flags:\n%s", err, help.String())
+	}
+}
