@@ -246,7 +246,14 @@ func applyYAML(path string, byName map[string]setting) error {
 		}
 		if yv, ok := st.value.(yamlValue); ok {
 			if err := yv.setYAML(raw[k]); err != nil {
-				return &Error{Key: st.name, Source: path, Err: err}
+				source := path
+				var uk *unknownKeyError
+				if errors.As(err, &uk) {
+					if line := keyLine(b, k, uk.Key); line > 0 {
+						source = fmt.Sprintf("%s line %d", path, line)
+					}
+				}
+				return &Error{Key: st.name, Source: source, Err: err}
 			}
 			continue
 		}
@@ -270,6 +277,34 @@ func applyYAML(path string, byName map[string]setting) error {
 		}
 	}
 	return nil
+}
+
+// keyLine is the line of the first key named inner inside the value of the
+// top-level key outer of the YAML document b (0: not found).
+func keyLine(b []byte, outer, inner string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	var find func(n *yaml.Node) int
+	find = func(n *yaml.Node) int {
+		for i, c := range n.Content {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && c.Value == inner {
+				return c.Line
+			}
+			if l := find(c); l > 0 {
+				return l
+			}
+		}
+		return 0
+	}
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value == outer {
+			return find(top.Content[i+1])
+		}
+	}
+	return 0
 }
 
 // unknownKey is the error of a YAML key no command has, with the nearest

@@ -212,3 +212,22 @@ func TestRunFlagsServeEveryCommand(t *testing.T) {
 		t.Errorf("status -h: %v, lists run's flags:\n%s", err, help.String())
 	}
 }
+
+// TestTypoInsideTablesNamesLineAndNearestKey: a typo inside tables (or a table's
+// filter) is reported as a top-level typo is, with the file's line of the key and the
+// nearest key, and no Go type names.
+func TestTypoInsideTablesNamesLineAndNearestKey(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ yml, want string }{
+		{"postgres_dsn: postgres://u@db/app\nkafka_brokers: k:9092\ntables:\n  - name: public.outbox\n    topc: x\n",
+			`line 5): unknown key "topc" (did you mean topic?)`},
+		{"postgres_dsn: postgres://u@db/app\nkafka_brokers: k:9092\ntables:\n  - name: public.outbox\n    filter:\n      include_event_type: [a]\n",
+			`line 6): unknown key "include_event_type" (did you mean include_event_types?)`},
+	} {
+		cfg := Defaults()
+		err := Load(Command{Name: "run"}, &cfg, []string{"--config", writeFile(t, dir, "typo.yaml", c.yml)}, envMap(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "config.") {
+			t.Errorf("typo:\n%s\ngot %v, want %q", c.yml, err, c.want)
+		}
+	}
+}
