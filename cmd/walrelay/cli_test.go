@@ -138,7 +138,8 @@ func TestCommandOfSeveralWords(t *testing.T) {
 }
 
 // TestDoctorLinesNameTheCheckOnce: doctor's line for a server it cannot
-// reach names the check once, not again as the error's own prefix.
+// reach names the check once, not again as the error's own prefix, and says
+// how to fix it.
 func TestDoctorLinesNameTheCheckOnce(t *testing.T) {
 	code, out := mainOut(nil, "doctor", "--postgres-dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=2",
 		"--kafka-brokers", "127.0.0.1:1", "--kafka-timeout", "1s")
@@ -146,6 +147,9 @@ func TestDoctorLinesNameTheCheckOnce(t *testing.T) {
 		t.Fatalf("doctor with nothing reachable: exit %d, want %d with a FAIL line per server:\n%s", code, ExitFailure, out)
 	}
 	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "FAIL kafka") && !strings.Contains(l, "fix: check the broker addresses") {
+			t.Errorf("doctor's FAIL line has no fix: %s", l)
+		}
 		if f := strings.Fields(l); len(f) > 2 && strings.TrimSuffix(f[2], ":") == f[1] {
 			t.Errorf("doctor line names its check twice: %s", l)
 		}
