@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -349,6 +350,15 @@ func TestNewUserErrors(t *testing.T) {
 		line := refusedAtStart(t, c, keywords, run(dsn)...)
 		if strings.Contains(line, "wrong-password") {
 			t.Errorf("the ERROR line shows the password: %s", line)
+		}
+		// One ERROR line, and no warning before it (the outbox span's reading
+		// used to log the same refusal as a stale-metrics WARN).
+		log, err := os.ReadFile(filepath.Join(c.logDir, fmt.Sprintf("run-%d.log", c.runs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(log), `"level":"ERROR"`); n != 1 || strings.Contains(string(log), `"level":"WARN"`) {
+			t.Errorf("wrong password: %d ERROR lines and a WARN %v, want one ERROR line and no WARN:\n%s", n, strings.Contains(string(log), `"level":"WARN"`), log)
 		}
 		doctor(t, dsn, keywords)
 		t.Logf("scenario=pgobjects/new_user_wrong_password line=%s", line)
