@@ -151,6 +151,9 @@ func TestDebeziumTableSafetyNet(t *testing.T) {
 	if !p.waitExit(60 * time.Second) {
 		t.Fatal("walrelay run did not stop on SIGTERM")
 	}
+	if !strings.Contains(p.log(), `"msg":"created publication"`) {
+		t.Errorf("run created publication %s without saying so", name)
+	}
 	if n := timeColumnWarnings(p); n != 1 || !strings.Contains(p.log(), step) {
 		t.Errorf("run before the step: %d warnings about created_at, want 1 naming %q\n%s", n, step, p.tail(20))
 	}

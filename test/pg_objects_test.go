@@ -334,9 +334,11 @@ func TestNewUserErrors(t *testing.T) {
 	}
 
 	t.Run("wrong_password", func(t *testing.T) {
-		// test/env/pg.sh asks members of walrelay_password_auth for their password.
-		pgExec(t, env.pgDSN, `DO $$BEGIN CREATE ROLE walrelay_password_auth NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`)
-		t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS walrelay_password_auth") }) // after its member
+		// test/env/pg.sh asks members of walrelay_password_auth for their password, and
+		// creates that group at start (make up's cluster too: a wrong password can be tried).
+		if n, err := pgPool(t, env.pgDSN).strings(context.Background(), `SELECT rolname::text FROM pg_roles WHERE rolname = 'walrelay_password_auth'`); err != nil || len(n) != 1 {
+			t.Fatalf("the test cluster has no role walrelay_password_auth (%v): restart it with the current test/env/pg.sh, which creates it", err)
+		}
 		role := c.name + "_pw"
 		createLoginRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
 		dsn := dsnWithUser(t, env.pgDSN, role, "wrong-password", "")
