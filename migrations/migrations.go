@@ -5,8 +5,9 @@
 // applied with psql as it is; Render substitutes another table everywhere the
 // text public.outbox occurs, function bodies included.
 //
-// All returns the default set: the outbox table (001) and the walrelay.emit
-// function (002). Partitioned returns the optional daily-partitioned outbox
+// All returns the default set: the outbox table (001), the walrelay.emit
+// function (002) and the time column created_at added to an outbox table
+// that lacks it, such as Debezium's (003). Partitioned returns the optional daily-partitioned outbox
 // table and its partition functions; apply it before All, which then finds
 // the table and leaves it as it is.
 package migrations
@@ -21,6 +22,11 @@ import (
 
 //go:embed *.sql partitioned/*.sql
 var files embed.FS
+
+// EmitFile is the migration that creates walrelay.emit, which writes
+// walrelay's column names: walrelay migrate leaves it out for an existing
+// table with other names (Debezium's outbox table).
+const EmitFile = "002_emit.sql"
 
 // DefaultTable is the table name the files are written against.
 const DefaultTable = "public.outbox"

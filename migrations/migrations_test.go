@@ -64,7 +64,7 @@ func TestFiles(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := strings.Join(names(all), " "), "001_outbox.sql 002_emit.sql"; got != want {
+	if got, want := strings.Join(names(all), " "), "001_outbox.sql 002_emit.sql 003_time_column.sql"; got != want {
 		t.Errorf("All() = %s, want %s", got, want)
 	}
 	if got, want := strings.Join(names(part), " "), "partitioned/001_outbox_partitioned.sql"; got != want {
@@ -529,4 +529,33 @@ func queryString(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
 // timestamptz literal.
 func dayStart(offset int) string {
 	return time.Now().UTC().AddDate(0, 0, offset).Format("2006-01-02") + " 00:00:00+00"
+}
+
+// TestTimeColumnAddedToDebeziumTable: migrating Debezium's documented outbox table
+// (no created_at) adds the time column the safety net selects by, NOT NULL, with the
+// rows already there given the time of the change; migrating again changes nothing.
+func TestTimeColumnAddedToDebeziumTable(t *testing.T) {
+	conn := connect(t, testDB(t))
+	exec(t, conn, `CREATE TABLE public.dbz_outbox (
+		id            uuid         PRIMARY KEY,
+		aggregatetype varchar(255) NOT NULL,
+		aggregateid   varchar(255) NOT NULL,
+		type          varchar(255) NOT NULL,
+		payload       jsonb)`)
+	exec(t, conn, `INSERT INTO public.dbz_outbox VALUES (gen_random_uuid(), 'order', 'o-1', 'OrderCreated', '{}')`)
+	before := queryInt(t, conn, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.dbz_outbox'::regclass AND attnum > 0 AND NOT attisdropped`)
+	apply(t, conn, `"public"."dbz_outbox"`, migrations.All)
+	if n := queryInt(t, conn, `SELECT count(*) FROM public.dbz_outbox WHERE created_at IS NOT NULL AND created_at <= now()`); n != 1 {
+		t.Errorf("rows with a created_at after migrate: %d, want 1", n)
+	}
+	if n := queryInt(t, conn, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.dbz_outbox'::regclass AND attname = 'created_at'
+		AND attnotnull AND atttypid = 'timestamptz'::regtype`); n != 1 {
+		t.Errorf("created_at timestamptz NOT NULL columns: %d, want 1", n)
+	}
+	// Debezium's writers insert without the column.
+	exec(t, conn, `INSERT INTO public.dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'o-2', 'OrderPaid', '{}')`)
+	apply(t, conn, `"public"."dbz_outbox"`, migrations.All)
+	if after := queryInt(t, conn, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.dbz_outbox'::regclass AND attnum > 0 AND NOT attisdropped`); after != before+1 {
+		t.Errorf("columns after migrating twice: %d, want %d", after, before+1)
+	}
 }

@@ -63,13 +63,35 @@ func Migrate(ctx context.Context, opts MigrateOptions, log *slog.Logger) error {
 	if _, err := conn.Exec(cctx, migrations.CreateSchema(pgx.Identifier{tn.Schema}.Sanitize())).ReadAll(); err != nil {
 		return migrateError(cctx, conn, tn.Schema, fmt.Errorf("create schema %s: %w", tn.Schema, err))
 	}
+	foreign, err := foreignColumns(cctx, conn, tn)
+	if err != nil {
+		return err
+	}
 	for _, m := range ms {
+		if foreign && m.Name == migrations.EmitFile {
+			log.Info("skipped migration: walrelay.emit writes walrelay's column names, which the existing table does not have (Debezium's outbox table, say); its writers insert rows themselves",
+				"migration", m.Name, "table", tn.String())
+			continue
+		}
 		if _, err := conn.Exec(cctx, m.Render(tn.Quoted())).ReadAll(); err != nil {
 			return migrateError(cctx, conn, tn.Schema, fmt.Errorf("apply %s: %w", m.Name, err))
 		}
 		log.Info("applied migration", "migration", m.Name, "table", tn.String())
 	}
 	return nil
+}
+
+// foreignColumns reports whether table exists without the columns
+// walrelay.emit writes (aggregate_type): a table created for another relay,
+// such as Debezium's outbox table.
+func foreignColumns(ctx context.Context, conn *pgconn.PgConn, tn replication.TableName) (bool, error) {
+	res := conn.ExecParams(ctx, `SELECT to_regclass($1) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute
+		  WHERE attrelid = to_regclass($1) AND attname = 'aggregate_type' AND attnum > 0 AND NOT attisdropped)`,
+		[][]byte{[]byte(tn.Quoted())}, nil, nil, nil).Read()
+	if res.Err != nil {
+		return false, fmt.Errorf("inspect table %s: %w", tn, res.Err)
+	}
+	return string(res.Rows[0][0]) == "t", nil
 }
 
 // migrateError adds to a migration failure for lack of privilege (42501)

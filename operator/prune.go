@@ -141,9 +141,9 @@ func Prune(ctx context.Context, opts PruneOptions, log *slog.Logger) (PruneResul
 	case kind != "r" && kind != "p":
 		return res, fmt.Errorf("%s is not a table (relkind %s)", res.Table, kind)
 	case colType == nil:
-		return res, fmt.Errorf("table %s has no column %q; set --created-at-column", res.Table, opts.TimeColumn)
+		return res, &replication.TimeColumnError{Table: res.Table, Column: opts.TimeColumn}
 	case *colType != "timestamp with time zone" && *colType != "timestamp without time zone" && *colType != "date":
-		return res, fmt.Errorf("column %q of %s is %s, not a timestamp; set --created-at-column", opts.TimeColumn, res.Table, *colType)
+		return res, &replication.TimeColumnError{Table: res.Table, Column: opts.TimeColumn, Type: *colType}
 	}
 	col := pgx.Identifier{opts.TimeColumn}.Sanitize()
 	olderThan := opts.OlderThan.Seconds()

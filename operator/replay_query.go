@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
 )
 
 // outboxTable is one outbox table as a replay reads it: its columns as a
@@ -49,7 +50,7 @@ func inspectTable(ctx context.Context, conn *pgx.Conn, index int, t decoder.Tabl
 		return nil, fmt.Errorf("look up outbox table %s: %w", name, err)
 	}
 	if kind == nil {
-		return nil, fmt.Errorf("outbox table %s does not exist", name)
+		return nil, &MissingTableError{Table: name}
 	}
 	if *kind != "r" && *kind != "p" {
 		return nil, fmt.Errorf("%s is not a table (relkind %s)", name, *kind)
@@ -92,6 +93,17 @@ func inspectTable(ctx context.Context, conn *pgx.Conn, index int, t decoder.Tabl
 	return ot, nil
 }
 
+// MissingTableError is an outbox table a replay or a redrive names that does
+// not exist.
+type MissingTableError struct{ Table string }
+
+func (e *MissingTableError) Error() string {
+	return fmt.Sprintf("outbox table %s does not exist; fix: name the table walrelay run relays (schema.name), or create it with walrelay migrate", e.Table)
+}
+
+// SettingKeys names the setting of the outbox tables.
+func (e *MissingTableError) SettingKeys() []string { return []string{"table"} }
+
 // ReplayTimeColumnError is a time column a table lacks (Type "") or that is
 // not a timestamp.
 type ReplayTimeColumnError struct {
@@ -99,10 +111,7 @@ type ReplayTimeColumnError struct {
 }
 
 func (e *ReplayTimeColumnError) Error() string {
-	if e.Type == "" {
-		return fmt.Sprintf("outbox table %s has no column %q to order and select rows by time; name its timestamp column", e.Table, e.Column)
-	}
-	return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; name its timestamp column", e.Column, e.Table, e.Type)
+	return (&replication.TimeColumnError{Table: e.Table, Column: e.Column, Type: e.Type}).Error()
 }
 
 // SettingKeys names the setting that chooses the time column.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walrelay/walrelay/checkpoint"
 	"github.com/walrelay/walrelay/decoder"
@@ -248,13 +249,23 @@ func (t *txnProducer) initSession(ctx context.Context) error {
 		}
 		return &eosRestartError{err}
 	}
+	ensured := false
 	if !t.created {
 		if err := t.sink.EnsureCheckpointTopic(kctx, t.topic, t.rf); err != nil {
 			return &eosRestartError{err}
 		}
-		t.created = true
+		t.created, ensured = true, true
 	}
 	cp, ok, err := t.sink.ReadCheckpoint(kctx, t.topic, t.key)
+	// A topic just created is not known to every broker at once: wait for it
+	// quietly rather than restart the session with a warning each time.
+	for wait := 50 * time.Millisecond; ensured && errors.Is(err, kerr.UnknownTopicOrPartition) && kctx.Err() == nil; wait = min(2*wait, time.Second) {
+		select {
+		case <-kctx.Done():
+		case <-time.After(wait):
+			cp, ok, err = t.sink.ReadCheckpoint(kctx, t.topic, t.key)
+		}
+	}
 	var fe *sink.CheckpointFormatError
 	if errors.As(err, &fe) {
 		return fmt.Errorf("exactly-once: %w (walrelay cannot tell what was delivered; delete that record only if you know)", err)

@@ -48,6 +48,9 @@ type fakeTxnSink struct {
 	deferAcks  bool
 	deferred   []deferredAnswer
 	checkpoint sink.Checkpoint // what ReadCheckpoint returns (ok when its LSN is set)
+	// unknownTopicReads is how many reads still find the checkpoint topic
+	// unknown (a topic just created, not yet known to every broker).
+	unknownTopicReads int
 }
 
 func (f *fakeTxnSink) Prepare(context.Context, *decoder.Event) (sink.Record, error) {
@@ -110,6 +113,10 @@ func (f *fakeTxnSink) BeginTxn() error {
 }
 func (f *fakeTxnSink) EnsureCheckpointTopic(context.Context, string, int16) error { return nil }
 func (f *fakeTxnSink) ReadCheckpoint(context.Context, string, string) (sink.Checkpoint, bool, error) {
+	if f.unknownTopicReads > 0 {
+		f.unknownTopicReads--
+		return sink.Checkpoint{}, false, fmt.Errorf("kafka: read checkpoint topic: list end offsets: %w", kerr.UnknownTopicOrPartition)
+	}
 	return f.checkpoint, f.checkpoint.LSN != 0, nil
 }
 func (f *fakeTxnSink) EndTxn(_ context.Context, commit bool) error {
@@ -345,6 +352,17 @@ func TestTxnProducerInitStaleEpoch(t *testing.T) {
 	var fe *FencedError
 	if err == nil || errors.As(err, &fe) || reconnectable(&deliveryError{err}) {
 		t.Fatalf("initSession = %v, want a permanent error (a new producer refused while holding the slot)", err)
+	}
+}
+
+// The first exactly-once run creates the checkpoint topic and waits until it
+// can read it (a new topic is not known to every broker at once), instead of
+// restarting the session with a warning each time.
+func TestTxnProducerWaitsForNewCheckpointTopic(t *testing.T) {
+	f := &fakeTxnSink{unknownTopicReads: 3}
+	tp := newTestTxnProducer(f, 10)
+	if err := tp.initSession(context.Background()); err != nil || f.unknownTopicReads != 0 {
+		t.Fatalf("initSession = %v (%d unknown-topic reads left), want nil after waiting for the new topic", err, f.unknownTopicReads)
 	}
 }
 

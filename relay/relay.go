@@ -121,6 +121,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	cur := newTrackerRef(tr)
 	registerPosition(reg, cur, &walEnd)
+	if conn.CreatedPublication {
+		log.Info("created publication", "publication", opts.Replication.Publication, "tables", strings.Join(opts.Replication.Tables, ","))
+	}
 	if conn.Created {
 		log.Info("created replication slot", "slot", slot, "lsn", conn.Start.String())
 	}

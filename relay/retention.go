@@ -87,13 +87,27 @@ func startSpanPoll(ctx context.Context, opts Options, reg *prometheus.Registry) 
 	log := opts.Logger
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	// noTimeColumn holds the tables without the time column (Debezium's
+	// outbox table has none): told once with the fix, then left out, since
+	// the relay works without it.
+	noTimeColumn := map[string]bool{}
+	warned := false // a failure streak was logged
 	go func() {
 		defer close(done)
 		periodic{dsn: opts.Replication.DSN, password: opts.Replication.PasswordSource, interval: so.Interval, timeout: max(so.Interval, time.Minute), atOnce: true,
 			run: func(ctx context.Context, conn *pgconn.PgConn) error {
 				var errs []error
 				for _, t := range opts.Decoder.Tables {
+					if noTimeColumn[t.Schema+"."+t.Name] {
+						continue
+					}
 					sp, err := replication.ReadOutboxSpan(ctx, conn, t.Schema, t.Name, timeCol)
+					var tce *replication.TimeColumnError
+					if errors.As(err, &tce) {
+						noTimeColumn[tce.Table] = true
+						log.Warn("the walrelay_outbox_* metrics leave out an outbox table without its time column (relaying is not affected)", "table", tce.Table, "error", err)
+						continue
+					}
 					if err != nil {
 						errs = append(errs, err)
 						continue
@@ -107,11 +121,20 @@ func startSpanPoll(ctx context.Context, opts Options, reg *prometheus.Registry) 
 			},
 			failed: func(err error, first bool) {
 				m.errors.Inc()
-				if first {
+				// A server that refuses the connection (a wrong password, the
+				// server down) is the relay's own stop or retry to report, once.
+				var ce *pgconn.ConnectError
+				if first && !errors.As(err, &ce) {
+					warned = true
 					log.Warn("reading the outbox tables' span failed; the walrelay_outbox_* metrics are stale until it works again", "error", err)
 				}
 			},
-			recovered: func() { log.Info("reading the outbox tables' span works again") },
+			recovered: func() {
+				if warned {
+					log.Info("reading the outbox tables' span works again")
+				}
+				warned = false
+			},
 		}.loop(pctx)
 	}()
 	return func() {

@@ -24,8 +24,10 @@ type Conn struct {
 	// Start is the slot's confirmed_flush_lsn when the connection opened:
 	// streaming resumes from there.
 	Start pglogrepl.LSN
-	// Created reports that Open created the slot.
-	Created bool
+	// Created reports that Open created the slot; CreatedPublication that
+	// it created the publication.
+	Created            bool
+	CreatedPublication bool
 	// TableOIDs are the outbox tables' OIDs by "schema.name", looked up when
 	// the connection opened, after OIDsReadAt was read (pg_current_wal_lsn()).
 	// A publication holds tables by OID: the decoder uses them to recognise

@@ -43,6 +43,7 @@ func (c *Conn) ensurePublication(ctx context.Context) error {
 		if _, err := c.query(ctx, sql); err != nil {
 			return fmt.Errorf("create publication %s: %w", c.cfg.Publication, err)
 		}
+		c.CreatedPublication = true
 		return nil
 	}
 	return c.checkPublication(ctx, pub, ident)

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,6 +39,10 @@ func ReadOutboxSpan(ctx context.Context, conn *pgconn.PgConn, schema, name, time
 		(SELECT bool_or(c.reltuples >= 0) FROM pg_class c
 		  WHERE c.relkind = 'r' AND (c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))))`, tc, quoted)
 	res := conn.ExecParams(ctx, q, [][]byte{[]byte(quoted)}, nil, nil, nil).Read()
+	var pgErr *pgconn.PgError
+	if errors.As(res.Err, &pgErr) && pgErr.Code == "42703" { // undefined_column: only timeCol is named
+		return sp, &TimeColumnError{Table: sp.Table, Column: timeCol}
+	}
 	if res.Err != nil {
 		return sp, fmt.Errorf("read the span of outbox table %s: %w", sp.Table, res.Err)
 	}
@@ -74,4 +79,61 @@ func ServerTime(ctx context.Context, q Querier) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("read the server clock: %w", err)
 	}
 	return time.UnixMicro(us).UTC(), nil
+}
+
+// DefaultTimeColumn is the outbox table's time column by default, the one
+// walrelay migrate creates (and adds to a table that lacks it, such as
+// Debezium's outbox table).
+const DefaultTimeColumn = "created_at"
+
+// TimeColumnError is an outbox table without the time column that the
+// safety net (status' span, replay, prune) selects rows by (Type ""), or
+// with one that is not a timestamp. walrelay run relays such a table all
+// the same. Its text ends with the one step that fixes it.
+type TimeColumnError struct {
+	Table, Column string
+	Type          string // the column's type when it is not a timestamp
+}
+
+func (e *TimeColumnError) Error() string {
+	if e.Type != "" {
+		return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; fix: set created-at-column to the table's timestamp column", e.Column, e.Table, e.Type)
+	}
+	add := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s timestamptz NOT NULL DEFAULT now()", e.Table, pgx.Identifier{e.Column}.Sanitize())
+	if e.Column == DefaultTimeColumn {
+		add = "walrelay migrate of table " + e.Table + " adds it (" + DefaultTimeColumn + " timestamptz NOT NULL DEFAULT now()"
+	} else {
+		add += " adds it ("
+	}
+	return fmt.Sprintf("outbox table %s has no column %q, which status, replay and prune select rows by (Debezium's outbox table has none); fix: %s: instant on Postgres 11+, rows already there get the time of the change, Debezium's outbox router ignores the column), or set created-at-column to the table's timestamp column",
+		e.Table, e.Column, add)
+}
+
+// SettingKeys names the setting that chooses the time column.
+func (e *TimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+
+// CheckTimeColumn reads from the catalog whether table (schema.name) has
+// the time column timeCol, of a timestamp type (or date): nil when it has,
+// a *TimeColumnError when not; exists is false when the table does not
+// exist (the table check reports that). Unlike ReadOutboxSpan, it reads no
+// row.
+func CheckTimeColumn(ctx context.Context, conn *pgconn.PgConn, schema, name, timeCol string) (exists bool, err error) {
+	quoted := pgx.Identifier{schema, name}.Sanitize()
+	res := conn.ExecParams(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		(SELECT a.atttypid::regtype::text FROM pg_attribute a
+		  WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped)`,
+		[][]byte{[]byte(quoted), []byte(timeCol)}, nil, nil, nil).Read()
+	if res.Err != nil {
+		return false, fmt.Errorf("read the columns of outbox table %s.%s: %w", schema, name, res.Err)
+	}
+	row := res.Rows[0]
+	switch typ := string(row[1]); {
+	case string(row[0]) != "t":
+		return false, nil
+	case row[1] == nil:
+		return true, &TimeColumnError{Table: schema + "." + name, Column: timeCol}
+	case typ != "timestamp with time zone" && typ != "timestamp without time zone" && typ != "date":
+		return true, &TimeColumnError{Table: schema + "." + name, Column: timeCol, Type: typ}
+	}
+	return true, nil
 }

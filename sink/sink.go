@@ -439,10 +439,27 @@ func (s *Sink) Ping(ctx context.Context) error {
 		if serr := s.cfg.securityError(err); serr != nil {
 			return serr
 		}
-		return fmt.Errorf("kafka: no broker reachable at %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		return &UnreachableError{Brokers: s.cfg.Brokers, Err: err}
 	}
 	return nil
 }
+
+// UnreachableError is Ping's error when no broker answers: the brokers are
+// wrong, down, or out of this host's reach.
+type UnreachableError struct {
+	Brokers []string
+	Err     error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("kafka: no broker reachable at %s: %v; fix: check the broker addresses (host:port of a listener this host can reach, as the broker advertises it), that a broker runs there, and that no firewall is in between",
+		strings.Join(e.Brokers, ","), e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// SettingKeys names the setting of the broker addresses.
+func (e *UnreachableError) SettingKeys() []string { return []string{"kafka-brokers"} }
 
 // Topic returns the topic ev routes to.
 func (s *Sink) Topic(ev *decoder.Event) (string, error) {

@@ -48,6 +48,32 @@ func TestCheckTransactions(t *testing.T) {
 			t.Fatalf("commit after the check: %v", err)
 		}
 	})
+	t.Run("new coordinator", func(t *testing.T) {
+		// A brand-new cluster answers COORDINATOR_NOT_AVAILABLE until it
+		// created __transaction_state: the check asks again.
+		c := newCluster(t)
+		left := 3
+		c.ControlKey(int16(kmsg.FindCoordinator), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			if left == 0 {
+				return nil, nil, false
+			}
+			left--
+			c.KeepControl()
+			r := req.(*kmsg.FindCoordinatorRequest)
+			resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+			for _, k := range r.CoordinatorKeys {
+				resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, ErrorCode: kerr.CoordinatorNotAvailable.Code, NodeID: -1})
+			}
+			if len(r.CoordinatorKeys) == 0 {
+				resp.ErrorCode, resp.NodeID = kerr.CoordinatorNotAvailable.Code, -1
+			}
+			return resp, nil, true
+		})
+		s := newSink(t, sink.Config{Brokers: c.ListenAddrs()}, fastRetries)
+		if _, err := s.CheckTransactions(testCtx(t), "walrelay-s", topic); err != nil {
+			t.Fatalf("CheckTransactions on a coordinator that comes up: %v", err)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		code int16

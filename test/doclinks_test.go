@@ -217,3 +217,24 @@ func headingID(text string) string {
 	}
 	return b.String()
 }
+
+// TestReadmeIsAFrontDoor: the README stays what a newcomer reads in five minutes (what
+// it is, install, quick start, setup, guarantees and settings in short, the docs index);
+// the manual lives in docs/.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 12*1024 {
+		t.Errorf("README.md is %d bytes, want at most 12 KiB: move the detail to docs/", len(b))
+	}
+	for _, h := range []string{"## Install", "## Quick start", "## Writing an event", "## Postgres setup", "## Guarantees in short", "## Configuration in short", "## Documentation"} {
+		if !strings.Contains(string(b), "\n"+h+"\n") {
+			t.Errorf("README.md has no %q section", h)
+		}
+	}
+	if strings.Contains(string(b), "releases/download") {
+		t.Error("README.md shows downloads of a release, and none is published yet")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -333,9 +334,11 @@ func TestNewUserErrors(t *testing.T) {
 	}
 
 	t.Run("wrong_password", func(t *testing.T) {
-		// test/env/pg.sh asks members of walrelay_password_auth for their password.
-		pgExec(t, env.pgDSN, `DO $$BEGIN CREATE ROLE walrelay_password_auth NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`)
-		t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP ROLE IF EXISTS walrelay_password_auth") }) // after its member
+		// test/env/pg.sh asks members of walrelay_password_auth for their password, and
+		// creates that group at start (make up's cluster too: a wrong password can be tried).
+		if n, err := pgPool(t, env.pgDSN).strings(context.Background(), `SELECT rolname::text FROM pg_roles WHERE rolname = 'walrelay_password_auth'`); err != nil || len(n) != 1 {
+			t.Fatalf("the test cluster has no role walrelay_password_auth (%v): restart it with the current test/env/pg.sh, which creates it", err)
+		}
 		role := c.name + "_pw"
 		createLoginRole(t, env, role, "REPLICATION PASSWORD 'right-password' IN ROLE walrelay_password_auth")
 		dsn := dsnWithUser(t, env.pgDSN, role, "wrong-password", "")
@@ -349,6 +352,15 @@ func TestNewUserErrors(t *testing.T) {
 		line := refusedAtStart(t, c, keywords, run(dsn)...)
 		if strings.Contains(line, "wrong-password") {
 			t.Errorf("the ERROR line shows the password: %s", line)
+		}
+		// One ERROR line, and no warning before it (the outbox span's reading
+		// used to log the same refusal as a stale-metrics WARN).
+		log, err := os.ReadFile(filepath.Join(c.logDir, fmt.Sprintf("run-%d.log", c.runs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(log), `"level":"ERROR"`); n != 1 || strings.Contains(string(log), `"level":"WARN"`) {
+			t.Errorf("wrong password: %d ERROR lines and a WARN %v, want one ERROR line and no WARN:\n%s", n, strings.Contains(string(log), `"level":"WARN"`), log)
 		}
 		doctor(t, dsn, keywords)
 		t.Logf("scenario=pgobjects/new_user_wrong_password line=%s", line)

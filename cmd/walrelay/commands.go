@@ -91,8 +91,8 @@ func doctorCommand(ctx context.Context, cfg config.Config, c *call) int {
 }
 
 // status prints the slot's state, then the outbox tables' retained span
-// (how far back a replay can reach); a slot it cannot read is the error,
-// after the span.
+// (how far back a replay can reach); a missing slot is no error (walrelay
+// run creates it), a slot it cannot read is, after the span.
 func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -102,6 +102,12 @@ func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	}
 	defer conn.Close(context.Background())
 	s, err := replication.ReadSlot(cctx, replication.NewQuerier(conn), cfg.Slot)
+	if errors.Is(err, replication.ErrSlotMissing) {
+		// Before the first run, as doctor says; after a loss run refuses and
+		// names the recovery.
+		fmt.Fprintf(w, "%-20s %q missing; walrelay run will create it\n", "slot", cfg.Slot)
+		return printSpans(cctx, conn, cfg, w)
+	}
 	if err != nil {
 		return errors.Join(err, printSpans(cctx, conn, cfg, w))
 	}
@@ -178,6 +184,9 @@ func doctor(ctx context.Context, cfg config.Config, w io.Writer) int {
 			failed = true
 			fmt.Fprintf(w, "FAIL %-11s %s\n", f.Check, note)
 		}
+	}
+	if err == nil {
+		checkTimeColumns(ctx, cfg, w)
 	}
 	if cfg.MessagePrefix != "" && err == nil {
 		if ok, note := checkTableless(ctx, cfg); ok {

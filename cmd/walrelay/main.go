@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -104,8 +105,28 @@ func execute(ctx context.Context, cmds []command, args []string, getenv func(str
 	if c, rest, ok := find(cmds, args); ok {
 		return c.exec(ctx, rest, getenv, out)
 	}
+	if g := group(cmds, args[:1]); len(g) > 0 {
+		var names []string
+		for _, c := range g {
+			names = append(names, "walrelay "+c.spec.Name)
+		}
+		return badArgs(out.stderr, args[0], errors.New("missing its sub-command: "+strings.Join(names, ", ")), "run 'walrelay help "+args[0]+"' for its usage")
+	}
 	fmt.Fprintf(out.stderr, "unknown command %q\n\n%s", args[0], usage(cmds))
 	return ExitConfig
+}
+
+// group returns the commands of several words (config from-debezium, dlq
+// redrive) whose first words are args.
+func group(cmds []command, args []string) []command {
+	var out []command
+	for _, c := range cmds {
+		words := strings.Fields(c.spec.Name)
+		if len(args) > 0 && len(args) < len(words) && slices.Equal(words[:len(args)], args) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // find returns the command of cmds whose name (one word, or several as in
@@ -128,6 +149,9 @@ func help(ctx context.Context, cmds []command, args []string, getenv func(string
 	}
 	const hint = "run 'walrelay help' for the commands"
 	c, rest, ok := find(cmds, args)
+	if g := group(cmds, args); !ok && len(g) == 1 { // help config: config from-debezium's
+		c, rest, ok = g[0], nil, true
+	}
 	switch {
 	case !ok:
 		return badArgs(out.stderr, "help", fmt.Errorf("no command %q", strings.Join(args, " ")), hint)

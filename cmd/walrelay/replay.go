@@ -222,16 +222,16 @@ func printDryRun(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult
 	for _, t := range res.Tables {
 		total += t.Rows - t.Filtered
 	}
-	fmt.Fprintf(w, "dry run: %d rows would be replayed%s (nothing sent)\n", total, rangeText(res))
+	fmt.Fprintf(w, "dry run: %s would be replayed%s (nothing sent)\n", rows(total), rangeText(res))
 	for _, t := range res.Tables {
-		fmt.Fprintf(w, "  %s: %d rows%s\n", t.Table, t.Rows-t.Filtered, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest))
+		fmt.Fprintf(w, "  %s: %s%s\n", t.Table, rows(t.Rows-t.Filtered), spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest))
 		topics := make([]string, 0, len(t.Topics))
 		for topic := range t.Topics {
 			topics = append(topics, topic)
 		}
 		sort.Strings(topics)
 		for _, topic := range topics {
-			fmt.Fprintf(w, "    %s: %d rows\n", topic, t.Topics[topic])
+			fmt.Fprintf(w, "    %s: %s\n", topic, rows(t.Topics[topic]))
 		}
 	}
 	if res.Filtered > 0 {
@@ -240,18 +240,26 @@ func printDryRun(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult
 	printNotes(w, res)
 }
 
+// rows is "1 row" or "n rows".
+func rows[N int | int64](n N) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
+}
+
 // printReplayed is the summary of a replay that ran.
 func printReplayed(w io.Writer, cfg config.ReplayConfig, res operator.ReplayResult) {
 	var parts []string
 	for _, t := range res.Tables {
 		parts = append(parts, fmt.Sprintf("%s: %d selected%s", t.Table, t.Rows, spanText(cfg.CreatedAtColumn, t.Oldest, t.Newest)))
 	}
-	rate := 0.0
-	if s := res.Elapsed.Seconds(); s > 0 {
-		rate = float64(res.Acked) / s
+	rate := "" // a rate of one row, or of less than a second, says nothing
+	if s := res.Elapsed.Seconds(); s >= 1 && res.Acked > 1 {
+		rate = fmt.Sprintf(" (%.0f rows/s)", float64(res.Acked)/s)
 	}
-	fmt.Fprintf(w, "replayed %d rows%s in %s (%.0f rows/s), replay id %s (header walrelay.replay)\n",
-		res.Acked, rangeText(res), res.Elapsed.Round(time.Millisecond), rate, res.ID)
+	fmt.Fprintf(w, "replayed %s%s in %s%s, replay id %s (header walrelay.replay)\n",
+		rows(res.Acked), rangeText(res), res.Elapsed.Round(time.Millisecond), rate, res.ID)
 	if len(parts) > 0 {
 		fmt.Fprintf(w, "  %s\n", strings.Join(parts, "; "))
 	}

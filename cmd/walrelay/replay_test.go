@@ -146,3 +146,15 @@ func TestReplayAndRedriveUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayOfMissingTableSaysTheFix: replay of a table that does not exist fails
+// with one line that says what to do.
+func TestReplayOfMissingTableSaysTheFix(t *testing.T) {
+	dsn, _ := testDatabase(t)
+	code, out, errOut := runMain("replay", "--postgres-dsn", dsn, "--kafka-brokers", "127.0.0.1:1", "--table", "public.nope",
+		"--since", "1h", "--dry-run", "--log-format", "text")
+	if code != ExitFailure || !strings.Contains(errOut, "public.nope does not exist; fix:") || !strings.Contains(errOut, "walrelay migrate") ||
+		strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Errorf("replay --table public.nope: exit %d, want %d and one line with the fix\n%s%s", code, ExitFailure, out, errOut)
+	}
+}

@@ -49,7 +49,7 @@ func TestSchemaDocExamplesLoad(t *testing.T) {
 			})
 		}
 	}
-	if n < 5 {
-		t.Errorf("found %d YAML examples of schema settings, want at least 5 (README, schema-registry.md, configuration.md)", n)
+	if n < 4 {
+		t.Errorf("found %d YAML examples of schema settings, want at least 4 (schema-registry.md, configuration.md)", n)
 	}
 }

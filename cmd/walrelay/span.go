@@ -11,6 +11,7 @@ import (
 
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/operator"
+	"github.com/walrelay/walrelay/replication"
 )
 
 // printSpans prints each outbox table's retained span for walrelay status:
@@ -38,4 +39,36 @@ func printSpans(ctx context.Context, conn *pgconn.PgConn, cfg config.StatusConfi
 		fmt.Fprintf(w, "%-20s %s\n", "rows_estimate", rows)
 	}
 	return err
+}
+
+// checkTimeColumns prints doctor's line per outbox table on its time column
+// (created-at-column): ok, or a WARN with the step that adds it. The relay
+// runs without it; status, replay and prune need it.
+func checkTimeColumns(ctx context.Context, cfg config.Config, w io.Writer) {
+	tables := cfg.Replication().Tables
+	if len(tables) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := replication.Connect(cctx, cfg.PostgresDSN, cfg.PasswordSource())
+	if err != nil {
+		return // the postgres check reported it
+	}
+	defer conn.Close(context.Background())
+	for _, t := range tables {
+		tn, err := replication.ParseTable(t)
+		exists := false
+		if err == nil {
+			exists, err = replication.CheckTimeColumn(cctx, conn, tn.Schema, tn.Name, cfg.CreatedAtColumn)
+		}
+		switch {
+		case err != nil:
+			fmt.Fprintf(w, "WARN %-11s %s\n", "time-column", err)
+			continue
+		case !exists:
+			continue // the table check reported it
+		}
+		fmt.Fprintf(w, "ok   %-11s %s.%s: status, replay and prune select rows by it\n", "time-column", t, cfg.CreatedAtColumn)
+	}
 }

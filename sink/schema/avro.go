@@ -482,7 +482,7 @@ func integer(v any, lo, hi int64, at func() string, wrong func(string) error) (i
 			if ok && r.IsInt() {
 				return 0, fmt.Errorf("%s: %s is out of range", at(), text)
 			}
-			return 0, fmt.Errorf("%s: %q is not an integer", at(), text)
+			return 0, fmt.Errorf("%s: %s is not an integer", at(), shown(v, text))
 		}
 		i = r.Num().Int64()
 	}
@@ -585,7 +585,7 @@ func decimalToAvro(d *avro.DecimalLogicalSchema, v any, at func() string, wrong 
 	}
 	r, ok := new(big.Rat).SetString(strings.TrimSpace(text))
 	if !ok {
-		return nil, fmt.Errorf("%s: %q is not a decimal number", at(), text)
+		return nil, fmt.Errorf("%s: %s is not a decimal number", at(), shown(v, text))
 	}
 	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d.Scale())), nil)
 	unscaled := new(big.Rat).Mul(r, new(big.Rat).SetInt(scale))
@@ -648,6 +648,15 @@ func defaultToJSON(v any) any {
 }
 
 // jsonKind names a decoded JSON value's type for messages.
+// shown is text, the number or string v holds, as the JSON had it: a
+// number bare (1.5), a string quoted ("1.5").
+func shown(v any, text string) string {
+	if _, ok := v.(json.Number); ok {
+		return text
+	}
+	return strconv.Quote(text)
+}
+
 func jsonKind(v any) string {
 	switch x := v.(type) {
 	case nil:

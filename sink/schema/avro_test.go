@@ -134,7 +134,8 @@ func TestAvroMismatch(t *testing.T) {
 	e := newEncoder(t, reg.URL(), Rule{Table: "public.outbox", Value: Binding{File: file}})
 	for _, tc := range []struct{ payload, want string }{
 		{`{"n":"x"}`, `n: "x" is not an integer`},
-		{`{"n":1.5}`, `n: "1.5" is not an integer`},
+		{`{"n":1.5}`, `n: 1.5 is not an integer`},
+		{`{"n":"1.5"}`, `n: "1.5" is not an integer`},
 		{`{"n":2147483648}`, "n: 2147483648 is out of range"},
 		{`{}`, `n: missing field "n"`},
 		{`{"n":1,"extra":2}`, `record R has no field "extra"`},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -282,6 +283,10 @@ func (e *Encoder) encode(ctx context.Context, b *binding, topic string, data []b
 	out := make([]byte, len(res.header), len(res.header)+len(data)+16)
 	copy(out, res.header)
 	out, err = res.codec.encode(out, data)
+	if err != nil && b.role == "key" && errors.Is(err, ErrMismatch) {
+		// The codecs name the top of what they encode "the value".
+		err = mismatch("%s", strings.Replace(strings.TrimPrefix(err.Error(), ErrMismatch.Error()+": "), "the value", "the key", 1))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s: subject %q, schema id %d)", err, b.what, res.subject, res.id)
 	}

@@ -3,6 +3,7 @@ package schema
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -77,10 +78,14 @@ func (c *jsonCodec) encode(dst, data []byte) ([]byte, error) {
 		return nil, err
 	}
 	if err := c.schema.Validate(v); err != nil {
-		return nil, mismatch("%s", oneLine(err.Error()))
+		return nil, mismatch("%s", bareNil.ReplaceAllString(oneLine(err.Error()), "${1}null"))
 	}
 	return append(dst, data...), nil
 }
+
+// bareNil is Go's <nil> where the validator prints a JSON null (an enum's
+// values, a const), not inside a quoted string.
+var bareNil = regexp.MustCompile(`(^|[ ,(\[])<nil>`)
 
 // oneLine joins a validator's multi-line message into one line (it goes in a
 // header and a log attribute).

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -54,5 +55,18 @@ func TestJSONSchema(t *testing.T) {
 				t.Fatalf("%s: message %q spans lines", tc.payload, err)
 			}
 		}
+	}
+}
+
+// TestJSONSchemaEnumNullPrintedAsNull: an enum that allows null names it null, as JSON
+// does, not Go's <nil>.
+func TestJSONSchemaEnumNullPrintedAsNull(t *testing.T) {
+	c, err := compileJSON(`{"type":"object","properties":{"a":{"enum":["x",null]}}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.encode(nil, []byte(`{"a":"y"}`))
+	if err == nil || strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), "'x', null") {
+		t.Errorf("enum mismatch: %v, want the values 'x', null", err)
 	}
 }

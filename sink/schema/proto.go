@@ -1,8 +1,11 @@
 package schema
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/bufbuild/protocompile"
@@ -86,13 +89,48 @@ func (c *protoCodec) encode(dst, data []byte) ([]byte, error) {
 		if rest, ok := strings.CutPrefix(msg, "proto:"); ok { // protobuf-go varies the space after it
 			msg = strings.TrimLeft(rest, " \u00a0")
 		}
-		return nil, mismatch("%s: %s", c.msg.FullName(), msg)
+		return nil, mismatch("%s: %s%s", c.msg.FullName(), msg, syntaxErrorField(msg, data))
 	}
 	out, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(dst, m)
 	if err != nil {
 		return nil, mismatch("%s: %v", c.msg.FullName(), err)
 	}
 	return out, nil
+}
+
+// protojsonSyntax is where protojson's syntax error is, and the key just
+// before a position of the JSON text.
+var (
+	protojsonSyntax = regexp.MustCompile(`syntax error \(line (\d+):(\d+)\)`)
+	keyBefore       = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"\s*:\s*$`)
+)
+
+// syntaxErrorField names the field whose value a protojson syntax error
+// (msg) is in, as " (the value of field "b")", or "" when msg is no syntax
+// error or the position follows no key.
+func syntaxErrorField(msg string, data []byte) string {
+	m := protojsonSyntax.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	line, _ := strconv.Atoi(m[1])
+	col, _ := strconv.Atoi(m[2])
+	off := 0
+	for l := 1; l < line && off < len(data); l++ {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			return ""
+		}
+		off += i + 1
+	}
+	off += col - 1
+	if off < 0 || off > len(data) {
+		return ""
+	}
+	if k := keyBefore.FindSubmatch(data[:off]); k != nil {
+		return fmt.Sprintf(" (the value of field %q)", k[1])
+	}
+	return ""
 }
 
 // protoRecordName is the full name of message in text, or of its first

@@ -1,9 +1,11 @@
 package schema
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bufbuild/protocompile"
@@ -139,4 +141,19 @@ func TestProtobufRoundTrip(t *testing.T) {
 		t.Fatalf("error %v, want ErrMismatch", err)
 	}
 	wantErr(t, err, "shop.Order", "id", `subject "orders-value"`)
+}
+
+// TestProtobufSyntaxErrorNamesTheField: a payload that is not JSON where a field's value
+// should be names that field, as a value of the wrong type does.
+func TestProtobufSyntaxErrorNamesTheField(t *testing.T) {
+	c, err := compile(context.Background(), FormatProtobuf, "syntax = \"proto3\";\nmessage R { string c = 1; int32 b = 2; R2 r = 3; }\nmessage R2 { int32 d = 1; }", nil, "R")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, field := range map[string]string{`{"c":"x","b":1.5x}`: `"b"`, `{"c":"x","r":{"d":tru}}`: `"d"`, "{\"c\":\"x\",\n\"b\": }": `"b"`} {
+		_, err := c.encode(nil, []byte(in))
+		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "syntax error") || !strings.Contains(err.Error(), "the value of field "+field) {
+			t.Errorf("%s: %v, want a syntax error naming field %s", in, err, field)
+		}
+	}
 }

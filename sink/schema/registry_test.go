@@ -286,6 +286,12 @@ func TestKeyEncoding(t *testing.T) {
 		t.Fatalf("a string key for a record key schema: %v", err)
 	}
 	wantErr(t, err, "table public.outbox event type \"B\" key")
+	// A key that does not fit is reported as the key, not as the value.
+	_, _, err = e.Encode(ctx(t), Target{Topic: "points", Table: "public.outbox", EventType: "A"}, []byte(`{"x":1}`), []byte(`{"tenant":"t1"}`))
+	if !errors.Is(err, ErrMismatch) || strings.Contains(err.Error(), "the value") {
+		t.Fatalf("an object key for a string key schema: %v", err)
+	}
+	wantErr(t, err, "the key: got an object, want a string")
 }
 
 // Rules pick by table and event type: a table without rules passes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make clean`: stop whatever the test, up, demo and bench scripts left running and remove their
-# state dirs. The jar cache (${WALRELAY_CACHE:-$HOME/.cache/walrelay}) is kept.
+# state dirs, except those whose lock a running test, demo or bench holds. The jar cache (${WALRELAY_CACHE:-$HOME/.cache/walrelay}) is kept.
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -9,6 +9,11 @@ WALRELAY_LOG_TAG=clean
 for dir in "${WALRELAY_TEST_DIR:-/tmp/walrelay-test}" "${WALRELAY_UP_DIR:-/tmp/walrelay-up}" \
 	"${WALRELAY_DEMO_DIR:-/tmp/walrelay-demo}" "${WALRELAY_BENCH_DIR:-/tmp/walrelay-bench}"; do
 	[ -d "$dir" ] || continue
+	# A running test, demo or bench holds its lock: its services are not ours to stop.
+	if [ -f "$dir.lock" ] && ! (flock -n 9) 9<"$dir.lock"; then
+		log "$dir.lock is held by a running test, demo or bench; $dir left alone"
+		continue
+	fi
 	log "cleaning $dir"
 	stop_services "$dir"
 	safe_wipe "$dir"

@@ -29,7 +29,9 @@ WLOG="$WALRELAY_TEST_DIR/walrelay.log"
 WPID_FILE="$WALRELAY_TEST_DIR/walrelay.pid"
 SLOT=walrelay
 
-fresh_state_dir "$WALRELAY_TEST_DIR"
+# Only what the demo uses: Postgres, Kafka and kcat (no test or bench tools, no Debezium or
+# schema registry jars).
+WALRELAY_DEPS=demo fresh_state_dir "$WALRELAY_TEST_DIR"
 
 wpid=""
 on_exit() {
@@ -47,6 +49,7 @@ on_exit() {
 		stop_services "$WALRELAY_TEST_DIR"
 	fi
 	[ "$rc" -eq 0 ] || log "demo FAILED (exit $rc); logs in $WALRELAY_TEST_DIR"
+	rm -f "$WALRELAY_TEST_DIR.lock" # the demo is over (make clean removes one left by a kill -9)
 	exit "$rc"
 }
 trap on_exit EXIT
@@ -74,16 +77,16 @@ else
 fi
 
 step "walrelay migrate"
-"$BIN" migrate --postgres-dsn "$DSN" 8>&-
+WALRELAY_POSTGRES_DSN="$DSN" "$BIN" migrate 8>&-
 psql_ -c '\d public.outbox'
 
 step "walrelay run (log: $WLOG)"
-run_args=(run --postgres-dsn "$DSN" --kafka-brokers "$BROKERS" --slot "$SLOT"
-	--metrics-addr 127.0.0.1:0 --heartbeat-interval 2s)
-"$BIN" "${run_args[@]}" >"$WLOG" 2>&1 8>&- </dev/null &
+# The DSN goes in the environment, not on the command line (where ps shows it).
+run_args=(run --kafka-brokers "$BROKERS" --slot "$SLOT" --metrics-addr 127.0.0.1:0 --heartbeat-interval 2s)
+WALRELAY_POSTGRES_DSN="$DSN" "$BIN" "${run_args[@]}" >"$WLOG" 2>&1 8>&- </dev/null &
 wpid=$!
 echo "$wpid" >"$WPID_FILE"
-echo "pid $wpid: $BIN ${run_args[*]}"
+echo "pid $wpid: WALRELAY_POSTGRES_DSN=... $BIN ${run_args[*]}"
 
 # Events are only captured once the slot exists: wait until walrelay streams from it.
 deadline=$((SECONDS + 60))

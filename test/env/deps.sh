@@ -38,12 +38,17 @@ for b in initdb pg_ctl pg_isready pg_recvlogical; do
 		break
 	fi
 done
+# WALRELAY_DEPS=demo (make demo): only what the demo uses, Postgres, Kafka and kcat.
+demo=0
+[ "${WALRELAY_DEPS:-all}" = demo ] && demo=1
 command -v psql >/dev/null || missing+=(postgresql)
 command -v kcat >/dev/null || missing+=(kcat)
-command -v curl >/dev/null || missing+=(curl) # debezium.sh asks Kafka Connect's REST API
-command -v promtool >/dev/null || missing+=(prometheus)
-command -v unzip >/dev/null || missing+=(unzip)
-command -v xz >/dev/null || missing+=(xz-utils)
+if [ "$demo" = 0 ]; then
+	command -v curl >/dev/null || missing+=(curl) # debezium.sh asks Kafka Connect's REST API
+	command -v promtool >/dev/null || missing+=(prometheus)
+	command -v unzip >/dev/null || missing+=(unzip)
+	command -v xz >/dev/null || missing+=(xz-utils)
+fi
 
 java_major() {
 	local j="java"
@@ -56,10 +61,12 @@ jmaj="$(java_major)"
 [ "$jmaj" -ge 17 ] || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
 command -v flock >/dev/null || missing+=(util-linux)
-# go test -race needs cgo, hence a C compiler.
-command -v gcc >/dev/null || missing+=(gcc libc6-dev)
-# deploy/validate runs systemd-analyze verify on deploy/walrelay.service.
-command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ "$demo" = 0 ]; then
+	# go test -race needs cgo, hence a C compiler.
+	command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+	# deploy/validate runs systemd-analyze verify on deploy/walrelay.service.
+	command -v systemd-analyze >/dev/null || missing+=(systemd)
+fi
 command -v go >/dev/null || die "go is not installed; it must be on PATH"
 
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -82,6 +89,7 @@ if [ -n "${WALRELAY_TEST_PG_VERSION:-}" ]; then
 fi
 # Warm the broker jar cache (no-op when cached).
 "$WALRELAY_ENV_DIR/kafka.sh" fetch
+[ "$demo" = 0 ] || exit 0
 # Kafka Connect + Debezium for test/cutover_test.go (no-op when cached).
 "$WALRELAY_ENV_DIR/debezium.sh" fetch
 # The Schema Registry kit (no-op when cached). Without it the registry tests fail, loudly, but

@@ -149,7 +149,8 @@ log_replication_commands = on
 EOF
 	cat >"$PGDATA_DIR/pg_hba.conf" <<'EOF'
 # Written by test/env/pg.sh: trust on loopback only, except for members of
-# walrelay_password_auth (test/pg_objects_test.go: a wrong password must fail).
+# walrelay_password_auth, a group pg.sh start creates (a wrong password must fail:
+# CREATE ROLE app LOGIN PASSWORD '...' IN ROLE walrelay_password_auth).
 host    all          +walrelay_password_auth  127.0.0.1/32  scram-sha-256
 local   all          all                 trust
 local   replication  all                 trust
@@ -226,7 +227,12 @@ cmd_start() {
 		die "pg_ctl start failed (log: $PG_LOG)"
 	fi
 	wait_ready 60
-	log "ready: $(dsn)"
+	# pg_hba.conf asks members of walrelay_password_auth for their password: the group exists
+	# from the start, so a role made with IN ROLE walrelay_password_auth can try a wrong one.
+	"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$(dsn)" -c \
+		"DO \$\$BEGIN IF NOT pg_is_in_recovery() THEN CREATE ROLE walrelay_password_auth NOLOGIN; END IF; EXCEPTION WHEN duplicate_object THEN NULL; END\$\$" >/dev/null ||
+		die "could not create the role walrelay_password_auth"
+	log "ready: $(dsn) (roles IN ROLE walrelay_password_auth must give their password)"
 }
 
 cmd_stop() {

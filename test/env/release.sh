@@ -56,8 +56,20 @@ fi
 tool() {
 	local dir="$TOOLS/$1-${2##*@}"
 	if [ ! -x "$dir/$1" ]; then
-		log "go install $2"
-		GOBIN="$dir" GOOS= GOARCH= CGO_ENABLED=0 go install "$2" >&2
+		# The first release on a machine builds the tool from source (a few minutes on 2
+		# cores, helm most); later ones reuse it.
+		log "go install $2: building $1 from source once (a few minutes on 2 cores; kept in $dir)"
+		GOBIN="$dir" GOOS= GOARCH= CGO_ENABLED=0 go install "$2" >&2 &
+		local pid=$! start=$SECONDS next=$((SECONDS + 15))
+		while kill -0 "$pid" 2>/dev/null; do
+			sleep 1
+			if [ "$SECONDS" -ge "$next" ]; then
+				log "still building $1 ($((SECONDS - start)) s)"
+				next=$((SECONDS + 15))
+			fi
+		done
+		wait "$pid" || die "go install $2 failed"
+		log "built $1 in $((SECONDS - start)) s"
 	fi
 	echo "$dir/$1"
 }

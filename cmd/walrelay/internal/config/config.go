@@ -302,6 +302,10 @@ func (c Config) Validate() error {
 		{"standby-retry-interval", c.StandbyRetryInterval <= 0, "must be positive"},
 		{"procs", c.Procs < 0 || c.Procs > 1024, fmt.Sprintf("must be between 0 and 1024, got %d", c.Procs)},
 	}
+	if c.PostgresDSN == "" && len(c.KafkaBrokers) == 0 { // name every required setting at once
+		return &Error{Key: "postgres-dsn", Also: []string{"kafka-brokers"},
+			Err: errors.New("required, and kafka-brokers too, e.g. postgres://walrelay@db:5432/app and kafka1:9092,kafka2:9092")}
+	}
 	if err := c.Postgres.validate(); err != nil {
 		return err
 	}

@@ -65,8 +65,9 @@ func configSetting(path *string) setting {
 // by --config (or WALRELAY_CONFIG), then the WALRELAY_* environment, then the
 // flags in args, each over the one before; reads the secrets whose files are
 // set; and validates the result with s.Validate. Only the command's own
-// settings are flags, variables and keys of it; the file may also hold keys
-// of other commands' settings, which it ignores.
+// settings are variables and keys of it; the file may also hold keys of
+// other commands' settings, and the command line flags of walrelay run's,
+// which it ignores.
 //
 // -h prints cmd.Usage and the command's settings to help and returns
 // flag.ErrHelp; a command line that does not parse is a usage error
@@ -85,6 +86,16 @@ func Load(cmd Command, s Settings, args []string, getenv func(string) string, he
 		byName[st.name] = st
 		if !st.yamlOnly {
 			fs.Var(flagValue{Value: st.value, given: &given}, st.name, st.usage)
+		}
+	}
+	// One command line serves every command, as one --config file does: a
+	// flag of walrelay run's settings that this command lacks is parsed
+	// (a bad value is still a usage error) and ignored. -h lists only the
+	// command's own.
+	shared := Defaults()
+	for _, st := range shared.settings() {
+		if _, own := byName[st.name]; !own && !st.yamlOnly {
+			fs.Var(st.value, st.name, st.usage)
 		}
 	}
 	fs.Usage = func() { printHelp(fs.Output(), cmd, fs, all) }
@@ -235,7 +246,14 @@ func applyYAML(path string, byName map[string]setting) error {
 		}
 		if yv, ok := st.value.(yamlValue); ok {
 			if err := yv.setYAML(raw[k]); err != nil {
-				return &Error{Key: st.name, Source: path, Err: err}
+				source := path
+				var uk *unknownKeyError
+				if errors.As(err, &uk) {
+					if line := keyLine(b, k, uk.Key); line > 0 {
+						source = fmt.Sprintf("%s line %d", path, line)
+					}
+				}
+				return &Error{Key: st.name, Source: source, Err: err}
 			}
 			continue
 		}
@@ -259,6 +277,34 @@ func applyYAML(path string, byName map[string]setting) error {
 		}
 	}
 	return nil
+}
+
+// keyLine is the line of the first key named inner inside the value of the
+// top-level key outer of the YAML document b (0: not found).
+func keyLine(b []byte, outer, inner string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	var find func(n *yaml.Node) int
+	find = func(n *yaml.Node) int {
+		for i, c := range n.Content {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && c.Value == inner {
+				return c.Line
+			}
+			if l := find(c); l > 0 {
+				return l
+			}
+		}
+		return 0
+	}
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value == outer {
+			return find(top.Content[i+1])
+		}
+	}
+	return 0
 }
 
 // unknownKey is the error of a YAML key no command has, with the nearest

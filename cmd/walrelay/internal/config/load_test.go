@@ -188,3 +188,46 @@ func TestEveryCommandValidatesSharedKeysAlike(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFlagsServeEveryCommand: run's command line serves prune and status as one
+// --config file does: a flag of run's that the command lacks is taken and ignored,
+// a bad value of it is still refused, and -h lists only the command's own flags.
+func TestRunFlagsServeEveryCommand(t *testing.T) {
+	shared := []string{"--postgres-dsn", "postgres://u@db/app", "--kafka-brokers", "k:9092", "--publication", "pub", "--topic", "t.{aggregate_type}", "--slot", "s1"}
+	prune := DefaultPruneConfig()
+	if err := Load(Command{Name: "prune"}, &prune, append(shared, "--older-than", "3d"), envMap(nil), io.Discard); err != nil || prune.Slot != "s1" {
+		t.Errorf("prune with run's flags: %v (slot %q)", err, prune.Slot)
+	}
+	status := DefaultStatusConfig()
+	if err := Load(Command{Name: "status"}, &status, shared, envMap(nil), io.Discard); err != nil {
+		t.Errorf("status with run's flags: %v", err)
+	}
+	status = DefaultStatusConfig()
+	if err := Load(Command{Name: "status"}, &status, []string{"--postgres-dsn", "postgres://u@db/app", "--max-in-flight", "many"}, envMap(nil), io.Discard); err == nil {
+		t.Error("status took a bad value of run's --max-in-flight")
+	}
+	status = DefaultStatusConfig()
+	var help strings.Builder
+	if err := Load(Command{Name: "status", Usage: "Usage: walrelay status\n"}, &status, []string{"-h"}, envMap(nil), &help); !errors.Is(err, flag.ErrHelp) || strings.Contains(help.String(), "-publication") {
+		t.Errorf("status -h: %v, lists run's flags:\n%s", err, help.String())
+	}
+}
+
+// TestTypoInsideTablesNamesLineAndNearestKey: a typo inside tables (or a table's
+// filter) is reported as a top-level typo is, with the file's line of the key and the
+// nearest key, and no Go type names.
+func TestTypoInsideTablesNamesLineAndNearestKey(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ yml, want string }{
+		{"postgres_dsn: postgres://u@db/app\nkafka_brokers: k:9092\ntables:\n  - name: public.outbox\n    topc: x\n",
+			`line 5): unknown key "topc" (did you mean topic?)`},
+		{"postgres_dsn: postgres://u@db/app\nkafka_brokers: k:9092\ntables:\n  - name: public.outbox\n    filter:\n      include_event_type: [a]\n",
+			`line 6): unknown key "include_event_type" (did you mean include_event_types?)`},
+	} {
+		cfg := Defaults()
+		err := Load(Command{Name: "run"}, &cfg, []string{"--config", writeFile(t, dir, "typo.yaml", c.yml)}, envMap(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "config.") {
+			t.Errorf("typo:\n%s\ngot %v, want %q", c.yml, err, c.want)
+		}
+	}
+}

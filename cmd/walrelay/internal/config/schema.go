@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -166,7 +168,9 @@ func (v schemaRulesVal) setYAML(y any) error {
 }
 
 // strictYAML decodes v, a value the YAML file held, into out, refusing keys
-// out has no field for.
+// out has no field for: such a key is an *unknownKeyError naming it and the
+// nearest key out has (the YAML decoder's own message would name Go types
+// and lines of a copy of v).
 func strictYAML(v, out any) error {
 	b, err := yaml.Marshal(v)
 	if err != nil {
@@ -174,5 +178,63 @@ func strictYAML(v, out any) error {
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
-	return dec.Decode(out)
+	err = dec.Decode(out)
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		for _, msg := range te.Errors {
+			if m := notFoundField.FindStringSubmatch(msg); m != nil {
+				return &unknownKeyError{Key: m[1], Known: yamlFields(reflect.TypeOf(out))}
+			}
+		}
+	}
+	return err
+}
+
+// notFoundField is the YAML decoder's message of an unknown key.
+var notFoundField = regexp.MustCompile(`field (\S+) not found in type `)
+
+// unknownKeyError is a key inside a setting's value (tables: - topc: x)
+// that no field has; Known are the keys of the value's types.
+type unknownKeyError struct {
+	Key   string
+	Known []string
+}
+
+func (e *unknownKeyError) Error() string {
+	best, dist := "", 3
+	for _, k := range e.Known {
+		if d := editDistance(e.Key, k); d < dist || d == dist && k < best {
+			best, dist = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("unknown key %q (did you mean %s?)", e.Key, best)
+	}
+	return fmt.Sprintf("unknown key %q (the keys: %s)", e.Key, strings.Join(e.Known, ", "))
+}
+
+// yamlFields are the yaml keys of the struct types t holds, at any depth.
+func yamlFields(t reflect.Type) []string {
+	seen := map[reflect.Type]bool{}
+	var out []string
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+				out = append(out, name)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(t)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -65,6 +65,10 @@ func (v tablesVal) setYAML(y any) error {
 func tableSpecsFromYAML(v any) ([]TableSpec, error) {
 	var specs []TableSpec
 	if err := strictYAML(v, &specs); err != nil {
+		var uk *unknownKeyError
+		if errors.As(err, &uk) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("must be a list of {name, columns, column_map, header_columns, topic, filter, envelope, expand_json_payload}: %w", err)
 	}
 	if len(specs) == 0 {

@@ -355,7 +355,12 @@ func debeziumRules() []debeziumRule {
 		{key: "route.topic.regex", router: true, apply: routerKeyOf("route.topic.regex")},
 		{key: "route.topic.replacement", router: true, apply: routerKeyOf("route.topic.replacement")},
 		{key: "table.field.event.timestamp", router: true, apply: func(x *translator, v string) {
+			if v == "" {
+				x.note(x.key, v, true, "the record timestamp is the commit time (Debezium's is the time it read the change)")
+				return
+			}
 			x.set("column-timestamp", v, "the record timestamp (walrelay's default is the commit time; Debezium's the time it read the change)", x.key)
+			x.set("created-at-column", v, "the time column walrelay status, replay and prune select rows by", x.key)
 		}},
 		{key: "table.fields.additional.placement", router: true, apply: routerKeyOf("table.fields.additional.placement")},
 		{key: "table.field.additional.missing", router: true, apply: func(x *translator, v string) {
@@ -754,7 +759,7 @@ func (x *translator) converterNotes(jsonMode bool) {
 
 // entryOrder is the order keys are printed in.
 var entryOrder = []string{"postgres_dsn", "from_slot", "table", "columns", "column_id", "column_aggregate_type", "column_aggregate_id",
-	"column_event_type", "column_payload", "column_timestamp", "column_partition", "header_columns", "envelope", "expand_json_payload",
+	"column_event_type", "column_payload", "column_timestamp", "created_at_column", "column_partition", "header_columns", "envelope", "expand_json_payload",
 	"topic", "heartbeat_interval", "on_poison", "dlq_topic", "compression", "linger", "batch_max_bytes", "max_buffered_bytes"}
 
 func (x *translator) order() {
@@ -777,6 +782,27 @@ func (x *translator) order() {
 	})
 }
 
+// TimeColumnNote is the step that gives the connector's outbox tables the
+// time column walrelay status, replay and prune select rows by ("" when the
+// connector names one in table.field.event.timestamp): Debezium's
+// documented outbox table has no created_at.
+func (t Translation) TimeColumnNote() string {
+	table := "<schema.table>"
+	for _, e := range t.Entries {
+		switch e.Key {
+		case config.YAMLKey("created-at-column"):
+			return ""
+		case config.YAMLKey("table"):
+			if v, ok := e.Value.(string); ok && v != "" && !strings.Contains(v, ",") {
+				table = v
+			}
+		}
+	}
+	return "walrelay status, replay and prune select rows by a created_at column, which Debezium's documented outbox table lacks (run relays without it): " +
+		"add it once with `walrelay migrate --table " + table + "` (created_at timestamptz NOT NULL DEFAULT now(): instant on Postgres 11+, " +
+		"Debezium's outbox router ignores it), or set created_at_column to a timestamp column the table has"
+}
+
 // YAML renders the translation as a walrelay configuration file: each key
 // after a comment naming its Debezium keys, then the Debezium keys that set
 // nothing, as comments with the reason. source names the input file.
@@ -790,6 +816,9 @@ func (t Translation) YAML(source string) string {
 	b.WriteString("# Each key names the Debezium keys it comes from; the keys that map to nothing are listed at the end.\n")
 	b.WriteString("# Add the brokers (a connector's configuration has none: they are the Connect worker's bootstrap.servers)\n")
 	b.WriteString("# and the DSN's password, e.g. in WALRELAY_KAFKA_BROKERS and WALRELAY_POSTGRES_DSN.\n")
+	if n := t.TimeColumnNote(); n != "" {
+		b.WriteString("# " + n + "\n")
+	}
 	for _, e := range t.Entries {
 		b.WriteString("\n# from " + strings.Join(e.Sources, ", "))
 		if e.Comment != "" {
