@@ -75,6 +75,12 @@ type metrics struct {
 	slotWALStatus  *prometheus.GaugeVec
 	slotPollErrors prometheus.Counter
 	slotPollLast   prometheus.Gauge
+
+	// what holds the slot back, and the time left before
+	// max_slot_wal_keep_size invalidates it (slotpoll.go)
+	slotHolderAge        prometheus.Gauge
+	slotHolderAlertAfter prometheus.Gauge
+	slotWALTimeLeft      prometheus.Gauge
 }
 
 // newMetrics registers walrelay's own metrics, labelling the slot and role
@@ -138,6 +144,12 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_slot_poll_errors_total", Help: "Failed reads of pg_replication_slots.", ConstLabels: slotLabel}),
 		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
+		slotHolderAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open or prepared transaction that holds the slot back (as old as its catalog_xmin or older); 0 when none does. walrelay status names it.", ConstLabels: slotLabel}),
+		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
+		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot at the WAL rate of the last minutes, if the slot does not move: safe_wal_size over the rate; -1 when max_slot_wal_keep_size is unlimited or no WAL is written.", ConstLabels: slotLabel}),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)
@@ -168,6 +180,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
+		m.slotHolderAge, m.slotHolderAlertAfter, m.slotWALTimeLeft,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/replication"
@@ -51,23 +53,43 @@ func (m *metrics) observeSlot(st slotState) {
 }
 
 // pollSlot reads the slot's row every interval (at once first) until ctx is
-// done and sets the walrelay_slot_* gauges. Failures are counted and logged
-// once per failure streak; they never stop the relay. A missing slot is a
-// reading (walrelay_slot_exists 0), not a failure.
-func pollSlot(ctx context.Context, dsn, slot string, src replication.PasswordSource, interval time.Duration, m *metrics, log *slog.Logger) {
-	periodic{dsn: dsn, password: src, interval: interval, timeout: max(interval, 5*time.Second), atOnce: true,
+// done and sets the walrelay_slot_* gauges, with what holds the slot back
+// (holders.go's reading) and the time left before max_slot_wal_keep_size
+// invalidates it. Failures are counted and logged once per failure streak;
+// they never stop the relay. A missing slot is a reading
+// (walrelay_slot_exists 0), not a failure.
+func pollSlot(ctx context.Context, opts Options, m *metrics) {
+	rc, log := opts.Replication, opts.Logger
+	slot := rc.Slot
+	rate := &walRateWindow{span: walRateSpan}
+	held := &holderLog{after: opts.SlotHolderAlertAfter, slot: slot, log: log}
+	m.slotHolderAlertAfter.Set(opts.SlotHolderAlertAfter.Seconds())
+	periodic{dsn: rc.DSN, password: rc.PasswordSource, interval: opts.SlotMetricsInterval, timeout: max(opts.SlotMetricsInterval, 5*time.Second), atOnce: true,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
 			// On an ordinary connection: it works while the replication stream
 			// is stuck, and on a standby instance that does not hold the slot.
-			s, err := replication.ReadSlot(ctx, replication.NewQuerier(conn), slot)
+			q := replication.NewQuerier(conn)
+			s, err := replication.ReadSlot(ctx, q, slot)
 			switch {
 			case errors.Is(err, replication.ErrSlotMissing):
 				m.observeSlot(slotState{})
+				m.slotHolderAge.Set(0)
+				m.slotWALTimeLeft.Set(-1)
+				return nil
 			case err != nil:
 				return err
-			default:
-				m.observeSlot(slotStateOf(s))
 			}
+			m.observeSlot(slotStateOf(s))
+			left := -1.0
+			if d, ok := replication.TimeLeft(s, rate.add(time.Now(), s.WALEnd)); ok {
+				left = d.Seconds()
+			}
+			m.slotWALTimeLeft.Set(left)
+			h, err := replication.ReadHolders(ctx, q, s)
+			if err != nil {
+				return err
+			}
+			m.slotHolderAge.Set(held.observe(h).Seconds())
 			return nil
 		},
 		failed: func(err error, first bool) {
@@ -81,6 +103,80 @@ func pollSlot(ctx context.Context, dsn, slot string, src replication.PasswordSou
 	}.loop(ctx)
 }
 
+// walRateSpan is the span of readings the WAL rate of
+// walrelay_slot_wal_time_left_seconds is measured over.
+const walRateSpan = 5 * time.Minute
+
+// walRateWindow measures the server's WAL rate from the WAL positions of the
+// slot readings of the last span. Used by one goroutine.
+type walRateWindow struct {
+	span    time.Duration
+	samples []walSample
+}
+
+type walSample struct {
+	at  time.Time
+	lsn pglogrepl.LSN
+}
+
+// add records the WAL position lsn read at at and returns the rate over the
+// readings kept, in bytes per second; 0 when unknown (one reading, or the
+// position went back: another server after a failover).
+func (w *walRateWindow) add(at time.Time, lsn pglogrepl.LSN) float64 {
+	if lsn == 0 {
+		return 0
+	}
+	if n := len(w.samples); n > 0 && lsn < w.samples[n-1].lsn {
+		w.samples = w.samples[:0]
+	}
+	w.samples = append(w.samples, walSample{at, lsn})
+	i := 0
+	for i < len(w.samples)-2 && at.Sub(w.samples[i+1].at) >= w.span {
+		i++
+	}
+	w.samples = w.samples[i:]
+	first := w.samples[0]
+	if d := at.Sub(first.at); d > 0 {
+		return float64(lsn-first.lsn) / d.Seconds()
+	}
+	return 0
+}
+
+// holderLog says, once per session (or prepared transaction), that it has
+// held the slot back longer than after, naming it. Used by one goroutine.
+type holderLog struct {
+	after  time.Duration // 0: never
+	slot   string
+	log    *slog.Logger
+	warned string // the holder last warned about
+}
+
+// observe logs the oldest holder of h when it first holds the slot longer
+// than after, and returns the age of the oldest transaction holding it (0
+// when none does).
+func (l *holderLog) observe(h replication.Holders) time.Duration {
+	var age time.Duration
+	who := ""
+	if s, ok := h.Oldest(); ok && s.XactAge > 0 {
+		age, who = s.XactAge, s.String()
+	}
+	for _, p := range h.Prepared {
+		if p.Age > age {
+			age, who = p.Age, p.String()
+		}
+	}
+	key, _, _ := strings.Cut(who, ",")
+	if l.after > 0 && age >= l.after && key != l.warned {
+		l.warned = key
+		l.log.Warn("a transaction holds the replication slot back: the slot retains WAL (and catalog rows) until it ends; end it, or find out why it stays open",
+			"slot", l.slot, "holder", who, "retained_wal_bytes", h.RetainedBytes, "alert_after", l.after.String())
+	}
+	if age == 0 {
+		l.warned = ""
+	}
+	return age
+}
+
 // startSlotPoll starts pollSlot for the slot unless
 // opts.SlotMetricsInterval is 0, and returns the function that stops it.
 func startSlotPoll(ctx context.Context, opts Options, m *metrics) (stop func()) {
@@ -91,7 +187,7 @@ func startSlotPoll(ctx context.Context, opts Options, m *metrics) (stop func()) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pollSlot(pctx, opts.Replication.DSN, opts.Replication.Slot, opts.Replication.PasswordSource, opts.SlotMetricsInterval, m, opts.Logger)
+		pollSlot(pctx, opts, m)
 	}()
 	return func() {
 		cancel()

@@ -121,7 +121,42 @@ func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	} {
 		fmt.Fprintf(w, "%-20s %s\n", f.name, f.value)
 	}
+	if err := printSlotHealth(cctx, replication.NewQuerier(conn), s, w); err != nil {
+		return errors.Join(err, printSpans(cctx, conn, cfg, w))
+	}
 	return printSpans(cctx, conn, cfg, w)
+}
+
+// statusWALRatePeriod is how long status measures the WAL rate for the time
+// left before max_slot_wal_keep_size invalidates the slot.
+const statusWALRatePeriod = 2 * time.Second
+
+// printSlotHealth prints what holds the slot s back (held_back_by, one line
+// per session, prepared transaction or older slot; "nothing" when none) and,
+// when max_slot_wal_keep_size is set, the WAL and time left before it
+// invalidates the slot (safe_wal_size).
+func printSlotHealth(ctx context.Context, q replication.Querier, s replication.Slot, w io.Writer) error {
+	h, err := replication.ReadHolders(ctx, q, s)
+	if err != nil {
+		return err
+	}
+	lines := h.Lines()
+	if len(lines) == 0 {
+		lines = []string{"nothing (no open or prepared transaction older than the slot's catalog_xmin)"}
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "%-20s %s\n", "held_back_by", l)
+	}
+	var rate replication.WALRate
+	if s.SafeWALSize != nil {
+		if rate, err = replication.MeasureWALRate(ctx, q, statusWALRatePeriod); err != nil {
+			return err
+		}
+	}
+	if note, _ := replication.SafeWALNote(s, rate, time.Hour); note != "" {
+		fmt.Fprintf(w, "%-20s %s\n", "safe_wal_size", note)
+	}
+	return nil
 }
 
 // prettySize formats n bytes as Postgres' pg_size_pretty does: bytes below

@@ -1,0 +1,237 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Who holds a slot back. A logical slot's restart_lsn and catalog_xmin cannot
+// pass the oldest transaction that was running (with a transaction id) when
+// the slot last moved: a long or idle-in-transaction session, or a prepared
+// transaction nobody commits, pins the slot and the WAL after it, whatever
+// walrelay confirms. Creating a slot waits for every such transaction to end.
+// These reads name them, from pg_stat_activity and pg_prepared_xacts.
+
+// Session is a backend with an open transaction that has a transaction id,
+// as pg_stat_activity shows it. Without pg_read_all_stats (or membership in
+// the session's role) Postgres hides its State, ClientAddr and XactAge: they
+// read "", "" and -1.
+type Session struct {
+	PID         int32
+	User        string
+	Application string
+	ClientAddr  string // "" for a Unix socket or a hidden value
+	Database    string
+	BackendType string // "client backend", "walsender", ...
+	State       string // "active", "idle in transaction", ...
+	XactAge     time.Duration
+	Xid         uint32 // backend_xid
+}
+
+// IdleInTransaction reports a session that holds a transaction open and runs
+// nothing: the application forgot to commit.
+func (s Session) IdleInTransaction() bool { return strings.HasPrefix(s.State, "idle in transaction") }
+
+// String describes the session in one line for an operator: pid, user,
+// application, client, state and the age of its transaction.
+func (s Session) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d", s.PID)
+	if s.User != "" {
+		fmt.Fprintf(&b, " user %s", s.User)
+	}
+	fmt.Fprintf(&b, " application %q", s.Application)
+	if s.ClientAddr != "" {
+		fmt.Fprintf(&b, " client %s", s.ClientAddr)
+	}
+	if s.Database != "" {
+		fmt.Fprintf(&b, " database %s", s.Database)
+	}
+	if s.BackendType != "" && s.BackendType != "client backend" {
+		fmt.Fprintf(&b, " (%s)", s.BackendType)
+	}
+	switch {
+	case s.State == "":
+		b.WriteString(", state hidden (grant pg_read_all_stats to see it)")
+	case s.IdleInTransaction():
+		fmt.Fprintf(&b, ", %s", s.State)
+	default:
+		fmt.Fprintf(&b, ", state %s", s.State)
+	}
+	if s.XactAge >= 0 {
+		fmt.Fprintf(&b, ", transaction open for %s", s.XactAge.Round(time.Second))
+	}
+	return b.String()
+}
+
+// Prepared is a prepared transaction (PREPARE TRANSACTION) not yet committed
+// or rolled back, as pg_prepared_xacts shows it.
+type Prepared struct {
+	GID      string
+	Owner    string
+	Database string
+	Age      time.Duration // since it was prepared
+	Xid      uint32
+}
+
+// String describes the prepared transaction in one line.
+func (p Prepared) String() string {
+	return fmt.Sprintf("prepared transaction %q owner %s database %s, prepared %s ago (COMMIT PREPARED or ROLLBACK PREPARED it)",
+		p.GID, p.Owner, p.Database, p.Age.Round(time.Second))
+}
+
+// Holders is what holds a slot back, read by ReadHolders.
+type Holders struct {
+	// Sessions are the open transactions as old as the slot's catalog_xmin
+	// or older, the oldest first: they keep restart_lsn and catalog_xmin
+	// where they are until they end.
+	Sessions []Session
+	// Prepared are the prepared transactions that hold it likewise.
+	Prepared []Prepared
+	// Slots are the other replication slots whose xmin or catalog_xmin is
+	// older than the slot's: they do not hold this slot, but hold the
+	// catalog rows (and, with xmin, the rows) vacuum could remove, and the
+	// WAL after their own restart_lsn.
+	Slots []Slot
+	// RetainedBytes is the WAL the server keeps for the slot (Slot's
+	// RetainedBytes): what these holders cost in WAL.
+	RetainedBytes int64
+}
+
+// Oldest is the oldest session holding the slot; false when none does.
+func (h Holders) Oldest() (Session, bool) {
+	if len(h.Sessions) == 0 {
+		return Session{}, false
+	}
+	return h.Sessions[0], true
+}
+
+// Empty reports that no session nor prepared transaction holds the slot.
+func (h Holders) Empty() bool { return len(h.Sessions) == 0 && len(h.Prepared) == 0 }
+
+// sessionQuery reads the open transactions with a transaction id, other
+// than the reader's own, the oldest ten first (they name the culprit); with $1 (an xid) only those as
+// old as it or older. xact_start is read as an age, so that the server's
+// clock is the reference.
+const sessionQuery = `SELECT a.pid::text, coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
+	coalesce(host(a.client_addr), ''), coalesce(a.datname::text, ''), coalesce(a.backend_type, ''), coalesce(a.state, ''),
+	coalesce(extract(epoch FROM clock_timestamp() - a.xact_start)::float8, -1)::text, a.backend_xid::text
+	FROM pg_stat_activity a
+	WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+	  AND ($1 = '' OR age(a.backend_xid) >= age($1::xid))
+	ORDER BY age(a.backend_xid) DESC, a.pid LIMIT 10`
+
+// preparedQuery reads the prepared transactions, the oldest first; with $1
+// only those as old as that xid or older.
+const preparedQuery = `SELECT p.gid, p.owner::text, p.database::text,
+	extract(epoch FROM clock_timestamp() - p.prepared)::float8::text, p.transaction::text
+	FROM pg_prepared_xacts p
+	WHERE ($1 = '' OR age(p.transaction) >= age($1::xid))
+	ORDER BY age(p.transaction) DESC`
+
+// ReadHolders reads what holds the slot s (read by ReadSlot on the same
+// server) back: the sessions and prepared transactions as old as its
+// catalog_xmin, and the other slots with an older horizon. A slot without
+// catalog_xmin (never consistent, or physical) has no holders. It changes
+// nothing; on a standby it finds no session (the primary's transactions
+// hold a standby's slot through hot_standby_feedback, not here).
+func ReadHolders(ctx context.Context, q Querier, s Slot) (Holders, error) {
+	h := Holders{RetainedBytes: s.RetainedBytes()}
+	if s.CatalogXmin == 0 {
+		return h, nil
+	}
+	xmin := strconv.FormatUint(uint64(s.CatalogXmin), 10)
+	var err error
+	if h.Sessions, err = readSessions(ctx, q, xmin); err != nil {
+		return h, err
+	}
+	if h.Prepared, err = readPrepared(ctx, q, xmin); err != nil {
+		return h, err
+	}
+	if h.Slots, err = readOlderSlots(ctx, q, s.Name, xmin); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+// RunningTransactions reads every open transaction with a transaction id
+// (the oldest first, at most a few), other than the reader's: what creating
+// a slot waits for on a primary.
+func RunningTransactions(ctx context.Context, q Querier) ([]Session, error) {
+	return readSessions(ctx, q, "")
+}
+
+func readSessions(ctx context.Context, q Querier, xmin string) ([]Session, error) {
+	rows, err := q.queryRows(ctx, sessionQuery, xmin)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_stat_activity: %w", err)
+	}
+	out := make([]Session, 0, len(rows))
+	for _, r := range rows {
+		if len(r) != 9 {
+			return nil, fmt.Errorf("read pg_stat_activity: %d columns", len(r))
+		}
+		pid, err := strconv.ParseInt(string(r[0]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("read pg_stat_activity: pid %q: %w", r[0], err)
+		}
+		s := Session{PID: int32(pid), User: string(r[1]), Application: string(r[2]), ClientAddr: string(r[3]),
+			Database: string(r[4]), BackendType: string(r[5]), State: string(r[6]), XactAge: seconds(r[7]), Xid: xid(r[8])}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func readPrepared(ctx context.Context, q Querier, xmin string) ([]Prepared, error) {
+	rows, err := q.queryRows(ctx, preparedQuery, xmin)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_prepared_xacts: %w", err)
+	}
+	out := make([]Prepared, 0, len(rows))
+	for _, r := range rows {
+		if len(r) != 5 {
+			return nil, fmt.Errorf("read pg_prepared_xacts: %d columns", len(r))
+		}
+		out = append(out, Prepared{GID: string(r[0]), Owner: string(r[1]), Database: string(r[2]), Age: seconds(r[3]), Xid: xid(r[4])})
+	}
+	return out, nil
+}
+
+// seconds parses a number of seconds as text; negative or unreadable is -1.
+func seconds(b []byte) time.Duration {
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f < 0 {
+		return -1
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+func xid(b []byte) uint32 {
+	x, _ := strconv.ParseUint(string(b), 10, 32)
+	return uint32(x)
+}
+
+// Lines describes the holders for an operator, one line each: the sessions
+// (the oldest first), the prepared transactions, then the older slots. None
+// when nothing holds the slot.
+func (h Holders) Lines() []string {
+	var out []string
+	for _, s := range h.Sessions {
+		out = append(out, s.String())
+	}
+	for _, p := range h.Prepared {
+		out = append(out, p.String())
+	}
+	for _, s := range h.Slots {
+		state := "inactive"
+		if s.Active {
+			state = fmt.Sprintf("active, pid %d", s.ActivePID)
+		}
+		out = append(out, fmt.Sprintf("slot %q (%s %s, %s) holds an older catalog horizon and retains %d bytes of WAL",
+			s.Name, s.Type, s.Plugin, state, s.RetainedBytes()))
+	}
+	return out
+}

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walrelay/walrelay/internal/testwait"
+)
+
+// TestSlotHolderNamed: a session that wrote in a transaction and then sits idle in it,
+// opened before a write burst, holds the slot back (catalog_xmin and restart_lsn stay
+// at its transaction while walrelay relays and confirms the burst). The slot poll's
+// walrelay_slot_holder_xact_age_seconds shows its age, walrelay logs a warning naming
+// its pid once it is older than --slot-holder-alert-after, `walrelay status` names its
+// pid, application and state on a held_back_by line, and `walrelay doctor` warns
+// about it. After it commits, the metric falls back to 0 and status says nothing
+// holds the slot.
+func TestSlotHolderNamed(t *testing.T) {
+	env := requireEnv(t)
+	s := newScenario(t, env, "holder")
+	p := s.startReady("--slot-metrics-interval", "300ms", "--slot-holder-alert-after", "2s")
+	addr := p.metricsAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	scratch := pgx.Identifier{"public", s.name + "_scratch"}.Sanitize()
+	pgExec(t, env.pgDSN, "CREATE TABLE "+scratch+" (x int)")
+	t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP TABLE IF EXISTS "+scratch) })
+
+	const app = "slot-holder-e2e"
+	cfg, err := pgx.ParseConfig(env.pgDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	holder, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	var pid int
+	if err := holder.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+scratch+" VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+
+	// The write burst: walrelay relays and confirms it; the slot's catalog_xmin and
+	// restart_lsn stay at the open transaction.
+	for i := range 20 {
+		pgExec(t, env.pgDSN, fmt.Sprintf(`INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload)
+			SELECT 'holder', g::text, 'burst', jsonb_build_object('n', g) FROM generate_series(%d, %d) g`, s.table, i*500, i*500+499))
+	}
+	burstEnd := currentLSN(t, env.pgDSN)
+	waitSlotLSN(t, env.pgDSN, s.name, burstEnd, 60*time.Second, p)
+
+	ageSeries := fmt.Sprintf("walrelay_slot_holder_xact_age_seconds{slot=%q}", s.name)
+	var age float64
+	testwait.Eventually(t, 30*time.Second, "walrelay_slot_holder_xact_age_seconds to show the idle transaction's age", func() bool {
+		age, _ = metricValue(t, addr, ageSeries)
+		return age >= 2
+	})
+	if lived := time.Since(opened).Seconds(); age > lived+1 {
+		t.Errorf("%s = %.1f s, but the transaction is only %.1f s old", ageSeries, age, lived)
+	}
+	if v, ok := metricValue(t, addr, fmt.Sprintf("walrelay_slot_holder_alert_after_seconds{slot=%q}", s.name)); !ok || v != 2 {
+		t.Errorf("walrelay_slot_holder_alert_after_seconds = %v (exposed %v), want 2", v, ok)
+	}
+	t.Logf("%s = %.1f s after a burst of 10000 events", ageSeries, age)
+
+	pidRE := regexp.MustCompile(`pid ` + strconv.Itoa(pid) + `\b`)
+	testwait.Eventually(t, 10*time.Second, "a warning naming the holder's pid in walrelay's log", func() bool {
+		for _, l := range p.logLines() {
+			if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "holds the replication slot back") && pidRE.MatchString(fmt.Sprint(l["holder"])) {
+				return true
+			}
+		}
+		return false
+	})
+
+	code, out := runCommand(t, time.Minute, "status", "--postgres-dsn", env.pgDSN, "--slot", s.name, "--table", s.table)
+	if code != 0 {
+		t.Fatalf("status: exit %d", code)
+	}
+	held := statusLines(out, "held_back_by")
+	if len(held) == 0 || !pidRE.MatchString(held[0]) || !strings.Contains(held[0], strconv.Quote(app)) || !strings.Contains(held[0], "idle in transaction") {
+		t.Errorf("status does not name pid %d, application %q, idle in transaction on its first held_back_by line:\n%s", pid, app, out)
+	}
+
+	code, out = runCommand(t, time.Minute, s.commonArgs("doctor")...)
+	if !regexp.MustCompile(`(?m)^WARN slot-holder +pid ` + strconv.Itoa(pid) + `\b.*` + regexp.QuoteMeta(strconv.Quote(app))).MatchString(out) {
+		t.Errorf("doctor (exit %d) has no WARN slot-holder line naming pid %d and %q:\n%s", code, pid, app, out)
+	}
+
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "walrelay_slot_holder_xact_age_seconds back to 0 after the commit", func() bool {
+		v, _ := metricValue(t, addr, ageSeries)
+		return v == 0
+	})
+	_, out = runCommand(t, time.Minute, "status", "--postgres-dsn", env.pgDSN, "--slot", s.name, "--table", s.table)
+	if held := statusLines(out, "held_back_by"); len(held) != 1 || !strings.HasPrefix(held[0], "nothing") {
+		t.Errorf("status after the commit: held_back_by %q, want nothing", held)
+	}
+}
+
+// statusLines are the values of the lines of `walrelay status` output named key.
+func statusLines(out, key string) []string {
+	var vals []string
+	for _, l := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		if k == key {
+			vals = append(vals, strings.TrimSpace(v))
+		}
+	}
+	return vals
+}
