@@ -145,7 +145,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
 		slotHolderAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open or prepared transaction that holds the slot back (as old as its catalog_xmin or older); 0 when none does. walrelay status names it.", ConstLabels: slotLabel}),
+			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open (with a transaction id) or prepared transaction, which holds the slot back (restart_lsn, catalog_xmin) once walrelay confirmed past its start; 0 when none is open. walrelay status names it.", ConstLabels: slotLabel}),
 		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
 		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{

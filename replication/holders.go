@@ -9,11 +9,14 @@ import (
 )
 
 // Who holds a slot back. A logical slot's restart_lsn and catalog_xmin cannot
-// pass the oldest transaction that was running (with a transaction id) when
-// the slot last moved: a long or idle-in-transaction session, or a prepared
-// transaction nobody commits, pins the slot and the WAL after it, whatever
-// walrelay confirms. Creating a slot waits for every such transaction to end.
-// These reads name them, from pg_stat_activity and pg_prepared_xacts.
+// pass the start of a transaction that is still running with a transaction
+// id (one that wrote), in any database of the cluster: once walrelay has
+// confirmed past that start, a long or idle-in-transaction session, or a
+// prepared transaction nobody commits, pins the slot and the WAL after it,
+// whatever walrelay confirms. (Postgres moves catalog_xmin lazily, a running
+// transaction behind, so the slot's catalog_xmin cannot tell which
+// transactions hold it.) Creating a slot waits for every such transaction to
+// end. These reads name them, from pg_stat_activity and pg_prepared_xacts.
 
 // Session is a backend with an open transaction that has a transaction id,
 // as pg_stat_activity shows it. Without pg_read_all_stats (or membership in
@@ -85,9 +88,12 @@ func (p Prepared) String() string {
 
 // Holders is what holds a slot back, read by ReadHolders.
 type Holders struct {
-	// Sessions are the open transactions as old as the slot's catalog_xmin
-	// or older, the oldest first: they keep restart_lsn and catalog_xmin
-	// where they are until they end.
+	// Sessions are the open transactions with a transaction id, the oldest
+	// first (at most ten): the oldest keeps restart_lsn and catalog_xmin at
+	// its start until it ends.
+	//
+	// While walrelay's confirmed position is behind a transaction's start,
+	// walrelay's lag holds the slot, not it (walrelay_slot_confirmed_lag_bytes).
 	Sessions []Session
 	// Prepared are the prepared transactions that hold it likewise.
 	Prepared []Prepared
@@ -113,46 +119,39 @@ func (h Holders) Oldest() (Session, bool) {
 func (h Holders) Empty() bool { return len(h.Sessions) == 0 && len(h.Prepared) == 0 }
 
 // sessionQuery reads the open transactions with a transaction id, other
-// than the reader's own, the oldest ten first (they name the culprit); with $1 (an xid) only those as
-// old as it or older. xact_start is read as an age, so that the server's
-// clock is the reference.
+// than the reader's own, the oldest ten first (they name the culprit).
+// xact_start is read as an age, so that the server's clock is the reference.
 const sessionQuery = `SELECT a.pid::text, coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
 	coalesce(host(a.client_addr), ''), coalesce(a.datname::text, ''), coalesce(a.backend_type, ''), coalesce(a.state, ''),
 	coalesce(extract(epoch FROM clock_timestamp() - a.xact_start)::float8, -1)::text, a.backend_xid::text
 	FROM pg_stat_activity a
 	WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
-	  AND ($1 = '' OR age(a.backend_xid) >= age($1::xid))
 	ORDER BY age(a.backend_xid) DESC, a.pid LIMIT 10`
 
-// preparedQuery reads the prepared transactions, the oldest first; with $1
-// only those as old as that xid or older.
+// preparedQuery reads the prepared transactions, the oldest first.
 const preparedQuery = `SELECT p.gid, p.owner::text, p.database::text,
 	extract(epoch FROM clock_timestamp() - p.prepared)::float8::text, p.transaction::text
 	FROM pg_prepared_xacts p
-	WHERE ($1 = '' OR age(p.transaction) >= age($1::xid))
 	ORDER BY age(p.transaction) DESC`
 
 // ReadHolders reads what holds the slot s (read by ReadSlot on the same
-// server) back: the sessions and prepared transactions as old as its
-// catalog_xmin, and the other slots with an older horizon. A slot without
-// catalog_xmin (never consistent, or physical) has no holders. It changes
+// server) back: the open and prepared transactions with a transaction id,
+// and the other slots with a horizon older than its catalog_xmin. It changes
 // nothing; on a standby it finds no session (the primary's transactions
 // hold a standby's slot through hot_standby_feedback, not here).
 func ReadHolders(ctx context.Context, q Querier, s Slot) (Holders, error) {
 	h := Holders{RetainedBytes: s.RetainedBytes()}
-	if s.CatalogXmin == 0 {
-		return h, nil
-	}
-	xmin := strconv.FormatUint(uint64(s.CatalogXmin), 10)
 	var err error
-	if h.Sessions, err = readSessions(ctx, q, xmin); err != nil {
+	if h.Sessions, err = RunningTransactions(ctx, q); err != nil {
 		return h, err
 	}
-	if h.Prepared, err = readPrepared(ctx, q, xmin); err != nil {
+	if h.Prepared, err = readPrepared(ctx, q); err != nil {
 		return h, err
 	}
-	if h.Slots, err = readOlderSlots(ctx, q, s.Name, xmin); err != nil {
-		return h, err
+	if s.CatalogXmin != 0 {
+		if h.Slots, err = readOlderSlots(ctx, q, s.Name, strconv.FormatUint(uint64(s.CatalogXmin), 10)); err != nil {
+			return h, err
+		}
 	}
 	return h, nil
 }
@@ -161,11 +160,7 @@ func ReadHolders(ctx context.Context, q Querier, s Slot) (Holders, error) {
 // (the oldest first, at most a few), other than the reader's: what creating
 // a slot waits for on a primary.
 func RunningTransactions(ctx context.Context, q Querier) ([]Session, error) {
-	return readSessions(ctx, q, "")
-}
-
-func readSessions(ctx context.Context, q Querier, xmin string) ([]Session, error) {
-	rows, err := q.queryRows(ctx, sessionQuery, xmin)
+	rows, err := q.queryRows(ctx, sessionQuery)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_stat_activity: %w", err)
 	}
@@ -185,8 +180,8 @@ func readSessions(ctx context.Context, q Querier, xmin string) ([]Session, error
 	return out, nil
 }
 
-func readPrepared(ctx context.Context, q Querier, xmin string) ([]Prepared, error) {
-	rows, err := q.queryRows(ctx, preparedQuery, xmin)
+func readPrepared(ctx context.Context, q Querier) ([]Prepared, error) {
+	rows, err := q.queryRows(ctx, preparedQuery)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_prepared_xacts: %w", err)
 	}

@@ -142,7 +142,7 @@ func printSlotHealth(ctx context.Context, q replication.Querier, s replication.S
 	}
 	lines := h.Lines()
 	if len(lines) == 0 {
-		lines = []string{"nothing (no open or prepared transaction older than the slot's catalog_xmin)"}
+		lines = []string{"nothing (no open or prepared transaction holds the slot back)"}
 	}
 	for _, l := range lines {
 		fmt.Fprintf(w, "%-20s %s\n", "held_back_by", l)
