@@ -129,3 +129,79 @@ func statusLines(out, key string) []string {
 	}
 	return vals
 }
+
+// TestSlotInvalidationTimeLeft: with max_slot_wal_keep_size set (a private cluster:
+// ALTER SYSTEM must not touch the shared one) and a session holding the slot back while
+// WAL is written, walrelay_slot_safe_wal_size_bytes falls below the limit,
+// walrelay_slot_wal_time_left_seconds shows a finite time left, `walrelay status` prints
+// a safe_wal_size line with the bytes and the time left at the current WAL rate, and
+// `walrelay doctor` a slot-wal line.
+func TestSlotInvalidationTimeLeft(t *testing.T) {
+	env := requireEnv(t)
+	penv, _ := startPrivateCluster(t, env)
+	pgExec(t, penv.pgDSN, "ALTER SYSTEM SET max_slot_wal_keep_size = '256MB'")
+	pgExec(t, penv.pgDSN, "SELECT pg_reload_conf()")
+	s := newScenario(t, penv, "timeleft")
+	p := s.startReady("--slot-metrics-interval", "300ms")
+	addr := p.metricsAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	scratch := pgx.Identifier{"public", s.name + "_scratch"}.Sanitize()
+	pgExec(t, penv.pgDSN, "CREATE TABLE "+scratch+" (x int, pad text)")
+	holder, err := pgx.Connect(ctx, penv.pgDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "INSERT INTO "+scratch+" VALUES (0, '')"); err != nil {
+		t.Fatal(err)
+	}
+
+	// WAL written steadily (about 300 kB per round, 3 MB/s) while the holder pins restart_lsn.
+	wctx, stopWriting := context.WithCancel(ctx)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		pool := pgPool(t, penv.pgDSN)
+		for wctx.Err() == nil {
+			_ = pool.Exec(wctx, "INSERT INTO "+scratch+" SELECT g, repeat('x', 900) FROM generate_series(1, 300) g")
+			select {
+			case <-wctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stopWriting(); <-writerDone }()
+
+	safeSeries := fmt.Sprintf("walrelay_slot_safe_wal_size_bytes{slot=%q}", s.name)
+	leftSeries := fmt.Sprintf("walrelay_slot_wal_time_left_seconds{slot=%q}", s.name)
+	var safe, left float64
+	testwait.Eventually(t, 60*time.Second, "walrelay_slot_wal_time_left_seconds to show a time left while WAL is written", func() bool {
+		safe, _ = metricValue(t, addr, safeSeries)
+		left, _ = metricValue(t, addr, leftSeries)
+		return safe > 0 && safe < 256<<20 && left > 0
+	})
+	t.Logf("%s = %.0f, %s = %.1f s", safeSeries, safe, leftSeries, left)
+	if left > 3600 {
+		t.Errorf("%s = %.0f s: at about 3 MB/s, 256 MB last a minute or two", leftSeries, left)
+	}
+
+	code, out := runCommand(t, time.Minute, "status", "--postgres-dsn", penv.pgDSN, "--slot", s.name, "--table", s.table)
+	if code != 0 {
+		t.Fatalf("status: exit %d", code)
+	}
+	lineRE := regexp.MustCompile(`^\d+ bytes of WAL left before max_slot_wal_keep_size invalidates the slot: about (\S+) at the current WAL rate`)
+	if lines := statusLines(out, "safe_wal_size"); len(lines) != 1 || !lineRE.MatchString(lines[0]) {
+		t.Errorf("status has no safe_wal_size line with the time left:\n%s", out)
+	}
+	_, out = runCommand(t, time.Minute, s.commonArgs("doctor")...)
+	if !regexp.MustCompile(`(?m)^(ok  |WARN) slot-wal +safe_wal_size: \d+ bytes of WAL left .* about \S+ at the current WAL rate`).MatchString(out) {
+		t.Errorf("doctor has no slot-wal line with the time left:\n%s", out)
+	}
+}
