@@ -149,7 +149,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
 		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot at the WAL rate of the last minutes, if the slot does not move: safe_wal_size over the rate; -1 when max_slot_wal_keep_size is unlimited or no WAL is written.", ConstLabels: slotLabel}),
+			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank in the last 5 minutes (the WAL rate while the slot is held back); -1 when max_slot_wal_keep_size is unlimited or safe_wal_size does not shrink (the slot keeps up).", ConstLabels: slotLabel}),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)

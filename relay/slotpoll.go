@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walrelay/walrelay/replication"
@@ -61,7 +60,7 @@ func (m *metrics) observeSlot(st slotState) {
 func pollSlot(ctx context.Context, opts Options, m *metrics) {
 	rc, log := opts.Replication, opts.Logger
 	slot := rc.Slot
-	rate := &walRateWindow{span: walRateSpan}
+	shrink := &shrinkWindow{span: shrinkSpan}
 	held := &holderLog{after: opts.SlotHolderAlertAfter, slot: slot, log: log}
 	m.slotHolderAlertAfter.Set(opts.SlotHolderAlertAfter.Seconds())
 	periodic{dsn: rc.DSN, password: rc.PasswordSource, interval: opts.SlotMetricsInterval, timeout: max(opts.SlotMetricsInterval, 5*time.Second), atOnce: true,
@@ -72,6 +71,7 @@ func pollSlot(ctx context.Context, opts Options, m *metrics) {
 			s, err := replication.ReadSlot(ctx, q, slot)
 			switch {
 			case errors.Is(err, replication.ErrSlotMissing):
+				shrink.reset()
 				m.observeSlot(slotState{})
 				m.slotHolderAge.Set(0)
 				m.slotWALTimeLeft.Set(-1)
@@ -81,7 +81,9 @@ func pollSlot(ctx context.Context, opts Options, m *metrics) {
 			}
 			m.observeSlot(slotStateOf(s))
 			left := -1.0
-			if d, ok := replication.TimeLeft(s, rate.add(time.Now(), s.WALEnd)); ok {
+			if s.SafeWALSize == nil {
+				shrink.reset()
+			} else if d, ok := replication.TimeLeft(s, shrink.add(time.Now(), float64(*s.SafeWALSize))); ok {
 				left = d.Seconds()
 			}
 			m.slotWALTimeLeft.Set(left)
@@ -103,33 +105,29 @@ func pollSlot(ctx context.Context, opts Options, m *metrics) {
 	}.loop(ctx)
 }
 
-// walRateSpan is the span of readings the WAL rate of
-// walrelay_slot_wal_time_left_seconds is measured over.
-const walRateSpan = 5 * time.Minute
+// shrinkSpan is the span of readings over which the rate at which
+// safe_wal_size shrinks is measured, for walrelay_slot_wal_time_left_seconds.
+const shrinkSpan = 5 * time.Minute
 
-// walRateWindow measures the server's WAL rate from the WAL positions of the
-// slot readings of the last span. Used by one goroutine.
-type walRateWindow struct {
+// shrinkWindow measures how fast a reading (safe_wal_size) shrinks, from the
+// readings of the last span. A slot that keeps up shrinks it by nothing over
+// the span (restart_lsn follows the WAL), one held back by the WAL rate.
+// Used by one goroutine.
+type shrinkWindow struct {
 	span    time.Duration
-	samples []walSample
+	samples []shrinkSample
 }
 
-type walSample struct {
-	at  time.Time
-	lsn pglogrepl.LSN
+type shrinkSample struct {
+	at time.Time
+	v  float64
 }
 
-// add records the WAL position lsn read at at and returns the rate over the
-// readings kept, in bytes per second; 0 when unknown (one reading, or the
-// position went back: another server after a failover).
-func (w *walRateWindow) add(at time.Time, lsn pglogrepl.LSN) float64 {
-	if lsn == 0 {
-		return 0
-	}
-	if n := len(w.samples); n > 0 && lsn < w.samples[n-1].lsn {
-		w.samples = w.samples[:0]
-	}
-	w.samples = append(w.samples, walSample{at, lsn})
+// add records the reading v taken at at and returns how fast the readings
+// kept shrank, per second: the first less the last over the time between
+// them; 0 or less when they did not shrink, or with one reading.
+func (w *shrinkWindow) add(at time.Time, v float64) float64 {
+	w.samples = append(w.samples, shrinkSample{at, v})
 	i := 0
 	for i < len(w.samples)-2 && at.Sub(w.samples[i+1].at) >= w.span {
 		i++
@@ -137,10 +135,13 @@ func (w *walRateWindow) add(at time.Time, lsn pglogrepl.LSN) float64 {
 	w.samples = w.samples[i:]
 	first := w.samples[0]
 	if d := at.Sub(first.at); d > 0 {
-		return float64(lsn-first.lsn) / d.Seconds()
+		return (first.v - v) / d.Seconds()
 	}
 	return 0
 }
+
+// reset forgets the readings (safe_wal_size unlimited, or the slot gone).
+func (w *shrinkWindow) reset() { w.samples = w.samples[:0] }
 
 // holderLog says, once per session (or prepared transaction), that it has
 // held the slot back longer than after, naming it. Used by one goroutine.

@@ -59,10 +59,11 @@ func MeasureWALRate(ctx context.Context, q Querier, over time.Duration) (WALRate
 	return WALRate{Bytes: lsnDiff(b, a), Period: bt.Sub(at)}, nil
 }
 
-// TimeLeft is the time until the slot s is invalidated if WAL keeps being
-// written at bytesPerSecond and the slot does not move: safe_wal_size over
-// the rate. ok is false when max_slot_wal_keep_size is unlimited (or the
-// server has no safe_wal_size), or nothing is written.
+// TimeLeft is the time until the slot s is invalidated if its safe_wal_size
+// keeps shrinking at bytesPerSecond (the WAL rate, while the slot does not
+// move): safe_wal_size over the rate. ok is false when
+// max_slot_wal_keep_size is unlimited (or the server has no safe_wal_size),
+// or the rate is not positive.
 func TimeLeft(s Slot, bytesPerSecond float64) (left time.Duration, ok bool) {
 	if s.SafeWALSize == nil || bytesPerSecond <= 0 {
 		return 0, false
@@ -93,7 +94,7 @@ func SafeWALNote(s Slot, r WALRate, warnWithin time.Duration) (note string, atRi
 		return fmt.Sprintf("%d bytes of WAL left before max_slot_wal_keep_size invalidates the slot (no WAL written over %s: no time estimate)", size, r.Period.Round(time.Millisecond)), size <= 0
 	}
 	atRisk = left < warnWithin
-	note = fmt.Sprintf("%d bytes of WAL left before max_slot_wal_keep_size invalidates the slot: about %s at the current WAL rate (%.0f bytes/s over %s)",
+	note = fmt.Sprintf("%d bytes of WAL left before max_slot_wal_keep_size invalidates the slot: about %s at the current WAL rate if the slot stops moving (%.0f bytes/s over %s)",
 		size, left.Round(time.Second), rate, r.Period.Round(time.Millisecond))
 	if atRisk {
 		note += "; let walrelay catch up (or end what holds the slot back), or raise max_slot_wal_keep_size"
