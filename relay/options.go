@@ -128,8 +128,10 @@ func (o *Options) Validate() error {
 		return bad("OnPoison", "must be dlq or stop")
 	case o.StandbyRetryInterval <= 0, o.ShutdownTimeout <= 0, o.KafkaTimeout <= 0:
 		return bad("StandbyRetryInterval, ShutdownTimeout, KafkaTimeout", "must be positive")
-	case o.HeartbeatInterval < 0 || o.SlotMetricsInterval < 0 || o.SlotHolderAlertAfter < 0:
-		return bad("HeartbeatInterval, SlotMetricsInterval, SlotHolderAlertAfter", "must not be negative")
+	case o.HeartbeatInterval < 0 || o.SlotMetricsInterval < 0:
+		return bad("HeartbeatInterval, SlotMetricsInterval", "must not be negative")
+	case o.SlotHolderAlertAfter < 0:
+		return bad("SlotHolderAlertAfter", "must not be negative")
 	}
 	if so := o.OutboxSpan; so != nil {
 		switch {

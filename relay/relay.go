@@ -101,6 +101,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	rcfg := opts.Replication
 	rcfg.PrimaryDSN = opts.HeartbeatDSN
+	if rcfg.SlotCreateWait == nil {
+		rcfg.SlotCreateWait = func(w replication.SlotWait) {
+			log.Warn("creating the replication slot waits for transactions to end (a logical slot starts only after every transaction running at its creation ended)",
+				"slot", w.Slot, "waited", w.Waited.Round(time.Second).String(), "waiting_for", w.String())
+		}
+	}
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {
 		if ctx.Err() != nil {

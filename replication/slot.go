@@ -249,11 +249,16 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN, c.cfg.PasswordSource)
 			defer stop()
 		}
-		if c.cfg.SlotFailover {
-			res, err = pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
-		} else {
-			res, err = pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
+		res, err = c.createSlot(ctx, func(ctx context.Context) (pglogrepl.CreateReplicationSlotResult, error) {
+			if c.cfg.SlotFailover {
+				return pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
+			}
+			return pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
 				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		})
+		var pe *PrereqError
+		if errors.As(err, &pe) {
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)

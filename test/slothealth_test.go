@@ -216,3 +216,79 @@ func TestSlotInvalidationTimeLeft(t *testing.T) {
 		return left == -1
 	})
 }
+
+// TestSlotCreationNamesBlockers: creating the slot waits for a transaction that wrote
+// and stays open. walrelay logs the blocker (pid, application) within a few seconds,
+// gives up at --slot-create-timeout with one ERROR line naming it, and leaves no slot
+// behind; once the transaction ends, walrelay creates the slot and streams.
+func TestSlotCreationNamesBlockers(t *testing.T) {
+	env := requireEnv(t)
+	s := newScenario(t, env, "createwait")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	scratch := pgx.Identifier{"public", s.name + "_scratch"}.Sanitize()
+	pgExec(t, env.pgDSN, "CREATE TABLE "+scratch+" (x int)")
+	t.Cleanup(func() { pgExec(t, env.pgDSN, "DROP TABLE IF EXISTS "+scratch) })
+	const app = "slot-create-blocker-e2e"
+	cfg, err := pgx.ParseConfig(env.pgDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	blocker, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close(context.Background())
+	var pid int
+	if err := blocker.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+scratch+" VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+
+	started := time.Now()
+	p := s.start("--slot-create-timeout", "8s")
+	names := regexp.MustCompile(`pid ` + strconv.Itoa(pid) + `\b.*` + regexp.QuoteMeta(strconv.Quote(app)))
+	var loggedAfter time.Duration
+	testwait.Eventually(t, 7*time.Second, "a WARN line naming the blocking pid and application while the slot creation waits", func() bool {
+		for _, l := range p.logLines() {
+			if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "creating the replication slot waits") && names.MatchString(fmt.Sprint(l["waiting_for"])) {
+				loggedAfter = time.Since(started)
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("blocker named %s after the start", loggedAfter.Round(100*time.Millisecond))
+	if !p.waitExit(30 * time.Second) {
+		t.Fatalf("walrelay still runs 30 s after the start with --slot-create-timeout 8s\n%s", p.tail(20))
+	}
+	if p.exitCode() == 0 {
+		t.Errorf("walrelay exited 0 after giving up on the slot")
+	}
+	var gaveUp []string
+	for _, l := range p.logLines() {
+		if l["level"] == "ERROR" {
+			gaveUp = append(gaveUp, fmt.Sprint(l["error"]))
+		}
+	}
+	t.Logf("ERROR lines: %q", gaveUp)
+	if len(gaveUp) != 1 || !strings.Contains(gaveUp[0], "gave up after 8s") || !names.MatchString(gaveUp[0]) {
+		t.Errorf("want one ERROR line that gives up after 8s naming pid %d and %q, got %q", pid, app, gaveUp)
+	}
+	if si, err := querySlot(ctx, t, env.pgDSN, s.name); err != nil || si.exists {
+		t.Errorf("slot after the give-up: exists %v (%v), want none", si.exists, err)
+	}
+
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.startReady("--slot-create-timeout", "8s")
+}

@@ -97,6 +97,9 @@ type Config struct {
 	SlotMetricsInterval  time.Duration
 	StandbyRetryInterval time.Duration
 	SlotFailover         bool
+	// SlotCreateTimeout bounds the creation of a missing slot
+	// (replication.Config.SlotCreateTimeout); 0: no limit.
+	SlotCreateTimeout time.Duration
 	// SlotHolderAlertAfter is how long a transaction may hold the slot back
 	// before walrelay warns (relay.Options.SlotHolderAlertAfter); 0: never.
 	SlotHolderAlertAfter time.Duration
@@ -164,6 +167,7 @@ func Defaults() Config {
 		SafetyNet:              defaultSafetyNet(),
 		SlotMetricsInterval:    5 * time.Second,
 		SlotHolderAlertAfter:   30 * time.Minute,
+		SlotCreateTimeout:      10 * time.Minute,
 		StandbyRetryInterval:   time.Second,
 		Procs:                  1,
 
@@ -200,6 +204,7 @@ func (c *Config) settings() []setting {
 		setting{name: "create-slot", usage: "create the replication slot when missing", value: boolVal{&c.CreateSlot}},
 		setting{name: "create-publication", usage: "create the publication when missing", value: boolVal{&c.CreatePublication}},
 		setting{name: "slot-failover", usage: "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", value: boolVal{&c.SlotFailover}},
+		setting{name: "slot-create-timeout", usage: "how long creating a missing slot may wait for the transactions running when it starts to end (logged every few seconds with their pids) before walrelay gives up naming them; 0: no limit", value: durVal{&c.SlotCreateTimeout}},
 	)...)
 	ss = append(ss, g(GroupTables,
 		setting{name: "table", usage: "outbox table(s), schema.name, comma-separated", value: listVal{&c.Tables}},
@@ -515,6 +520,7 @@ func (c Config) Replication() replication.Config {
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
 		SlotFailover:        c.SlotFailover,
+		SlotCreateTimeout:   c.SlotCreateTimeout,
 		PasswordSource:      c.PasswordSource(),
 	}
 }
