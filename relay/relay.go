@@ -136,6 +136,8 @@ func Run(ctx context.Context, opts Options) error {
 	// Postgres that cannot be reached would first show as stale metrics.
 	stopPoll := startSlotPoll(ctx, opts, m)
 	defer stopPoll()
+	stopFailoverPoll := startFailoverPoll(ctx, opts, m)
+	defer stopFailoverPoll()
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
