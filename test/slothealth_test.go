@@ -292,3 +292,69 @@ func TestSlotCreationNamesBlockers(t *testing.T) {
 	}
 	s.startReady("--slot-create-timeout", "8s")
 }
+
+// TestFailoverSlotHealth: walrelay with --slot-failover and a multi-host DSN (primary
+// and streaming standby). On Postgres 17+ walrelay_failover_slot_protected of the
+// standby reaches 1 once its synced copy exists; with sync_replication_slots turned off
+// on the standby it drops to 0 within one poll (walrelay_failover_protected_standbys 0,
+// a WARN line naming the standby and the setting), and `walrelay doctor` FAILs the
+// standby's sync_replication_slots. Before 17 walrelay refuses --slot-failover
+// (TestSlotFailover), and doctor FAILs the standby for its version.
+func TestFailoverSlotHealth(t *testing.T) {
+	env := requireEnv(t)
+	h := newHAPair(t, env)
+	s := newScenario(t, h.primary, "fohealth")
+	standby := fmt.Sprintf("127.0.0.1:%d", h.sbPort)
+	if h.version < 170000 {
+		_, out := runCommand(t, time.Minute, faultWithFlag(s.commonArgs("doctor", "--slot-failover"), "--postgres-dsn", h.multiDSN)...)
+		if !regexp.MustCompile(`(?m)^FAIL standby ` + regexp.QuoteMeta(standby) + ` standby on Postgres \d+: failover slots need 17`).MatchString(out) {
+			t.Errorf("doctor --slot-failover on Postgres %d does not FAIL for the version:\n%s", h.version, out)
+		}
+		return
+	}
+	const poll = 500 * time.Millisecond
+	args := faultWithFlag(s.runArgs("--slot-failover", "--slot-metrics-interval", poll.String()), "--postgres-dsn", h.multiDSN)
+	p := s.startArgsReady(args...)
+	addr := p.metricsAddr()
+	protected := fmt.Sprintf("walrelay_failover_slot_protected{slot=%q,standby=%q}", s.name, standby)
+	lag := fmt.Sprintf("walrelay_failover_slot_lag_bytes{slot=%q,standby=%q}", s.name, standby)
+	count := fmt.Sprintf("walrelay_failover_protected_standbys{slot=%q}", s.name)
+	testwait.Eventually(t, time.Minute, "the standby's synced copy to protect the slot", func() bool {
+		v, _ := metricValue(t, addr, protected)
+		n, _ := metricValue(t, addr, count)
+		return v == 1 && n == 1
+	})
+	l, _ := metricValue(t, addr, lag)
+	t.Logf("Postgres %d: %s = 1, lag %.0f bytes", h.version, protected, l)
+	if l < 0 {
+		t.Errorf("%s = %v while the standby holds a synced copy, want >= 0", lag, l)
+	}
+
+	pgExec(t, h.standby.pgDSN, "ALTER SYSTEM SET sync_replication_slots = off")
+	pgExec(t, h.standby.pgDSN, "SELECT pg_reload_conf()")
+	off := time.Now()
+	testwait.Eventually(t, 30*time.Second, "walrelay_failover_slot_protected to report the loss", func() bool {
+		v, _ := metricValue(t, addr, protected)
+		return v == 0
+	})
+	took := time.Since(off)
+	t.Logf("loss reported %s after sync_replication_slots = off (poll %s)", took.Round(10*time.Millisecond), poll)
+	if took > 3*poll+2*time.Second {
+		t.Errorf("the loss took %s to show, more than one poll (%s) plus the reload", took, poll)
+	}
+	if n, _ := metricValue(t, addr, count); n != 0 {
+		t.Errorf("%s = %v, want 0", count, n)
+	}
+	testwait.Eventually(t, 10*time.Second, "a WARN line naming the standby that no longer protects the slot", func() bool {
+		for _, m := range p.logLines() {
+			if m["level"] == "WARN" && m["standby"] == standby && strings.Contains(fmt.Sprint(m["problem"]), "sync_replication_slots is off") {
+				return true
+			}
+		}
+		return false
+	})
+	code, out := runCommand(t, time.Minute, faultWithFlag(s.commonArgs("doctor", "--slot-failover"), "--postgres-dsn", h.multiDSN)...)
+	if code == 0 || !regexp.MustCompile(`(?m)^FAIL standby `+regexp.QuoteMeta(standby)+` sync_replication_slots is off`).MatchString(out) {
+		t.Errorf("doctor (exit %d) does not FAIL the standby's sync_replication_slots:\n%s", code, out)
+	}
+}
