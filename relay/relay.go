@@ -88,7 +88,8 @@ func Run(ctx context.Context, opts Options) error {
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, opts.PProf, log)
+	sb := newStandby(opts.StandbyRetryInterval, slot, m, log)
+	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, sb.notReady, opts.PProf, log)
 	if err != nil {
 		return &OptionError{Option: "MetricsAddr", Err: err}
 	}
@@ -164,7 +165,7 @@ func Run(ctx context.Context, opts Options) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: sb,
 		cur: cur, system: conn.System, confirmed: conn.Start}
 	r.mode = &atLeastOnce{producer: snk, r: r}
 	if opts.ExactlyOnce != nil {

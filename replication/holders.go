@@ -230,3 +230,88 @@ func (h Holders) Lines() []string {
 	}
 	return out
 }
+
+// Walsender is the process that streams from a slot, as pg_stat_replication
+// shows it: the one that keeps the slot active. After a network cut it stays
+// until the server's wal_sender_timeout notices the client is silent, and
+// holds the slot meanwhile.
+type Walsender struct {
+	PID         int32
+	User        string
+	Application string
+	ClientAddr  string
+	State       string
+	// ReplyAge is the time since the client last replied (a status
+	// update); -1 when it never did or Postgres hides it.
+	ReplyAge time.Duration
+	// SenderTimeout is the server's wal_sender_timeout (0: off).
+	SenderTimeout time.Duration
+}
+
+// walsenderStaleAfter is the longest a live walrelay stays silent: it sends
+// a status update at least every replication.Config.KeepaliveInterval
+// (default 10s).
+const walsenderStaleAfter = 10 * time.Second
+
+// Stale reports a walsender whose client has not replied for longer than a
+// live walrelay ever stays silent.
+func (w Walsender) Stale() bool { return w.ReplyAge > walsenderStaleAfter }
+
+// String describes the walsender in one line, with what ends a stale one.
+func (w Walsender) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "walsender pid %d", w.PID)
+	if w.User != "" {
+		fmt.Fprintf(&b, " user %s", w.User)
+	}
+	fmt.Fprintf(&b, " application %q", w.Application)
+	if w.ClientAddr != "" {
+		fmt.Fprintf(&b, " client %s", w.ClientAddr)
+	}
+	if w.State != "" {
+		fmt.Fprintf(&b, ", %s", w.State)
+	}
+	if w.ReplyAge >= 0 {
+		fmt.Fprintf(&b, ", last reply %s ago", w.ReplyAge.Round(time.Second))
+	} else {
+		b.WriteString(", no reply yet")
+	}
+	if w.Stale() {
+		fmt.Fprintf(&b, "; stale (walrelay replies at least every %s): a walrelay that lost its connection or is frozen", walsenderStaleAfter)
+	}
+	timeout := "off: only a TCP timeout ends a silent one"
+	if w.SenderTimeout > 0 {
+		timeout = w.SenderTimeout.String()
+	}
+	fmt.Fprintf(&b, "; Postgres ends a silent walsender after wal_sender_timeout (%s; lower it to free the slot sooner, or SELECT pg_terminate_backend(%d))", timeout, w.PID)
+	return b.String()
+}
+
+// walsenderQuery reads the walsender with pid $1 and wal_sender_timeout (ms).
+const walsenderQuery = `SELECT r.pid::text, coalesce(r.usename::text, ''), coalesce(r.application_name, ''),
+	coalesce(host(r.client_addr), ''), coalesce(r.state, ''),
+	coalesce(extract(epoch FROM clock_timestamp() - r.reply_time)::float8, -1)::text,
+	(SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout')
+	FROM pg_stat_replication r WHERE r.pid = $1::int`
+
+// ReadWalsender reads the walsender process pid (a Slot's ActivePID). A
+// process that is gone (or not a walsender) is an error wrapping ErrMissing.
+// It changes nothing.
+func ReadWalsender(ctx context.Context, q Querier, pid int32) (Walsender, error) {
+	rows, err := q.queryRows(ctx, walsenderQuery, strconv.Itoa(int(pid)))
+	if err != nil {
+		return Walsender{}, fmt.Errorf("read pg_stat_replication: %w", err)
+	}
+	if len(rows) == 0 {
+		return Walsender{}, fmt.Errorf("walsender pid %d: %w", pid, ErrMissing)
+	}
+	r := rows[0]
+	if len(r) != 7 {
+		return Walsender{}, fmt.Errorf("read pg_stat_replication: %d columns", len(r))
+	}
+	w := Walsender{PID: pid, User: string(r[1]), Application: string(r[2]), ClientAddr: string(r[3]), State: string(r[4]), ReplyAge: seconds(r[5])}
+	if ms, err := strconv.ParseInt(string(r[6]), 10, 64); err == nil {
+		w.SenderTimeout = time.Duration(ms) * time.Millisecond
+	}
+	return w, nil
+}

@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -356,5 +359,63 @@ func TestFailoverSlotHealth(t *testing.T) {
 	code, out := runCommand(t, time.Minute, faultWithFlag(s.commonArgs("doctor", "--slot-failover"), "--postgres-dsn", h.multiDSN)...)
 	if code == 0 || !regexp.MustCompile(`(?m)^FAIL standby `+regexp.QuoteMeta(standby)+` sync_replication_slots is off`).MatchString(out) {
 		t.Errorf("doctor (exit %d) does not FAIL the standby's sync_replication_slots:\n%s", code, out)
+	}
+}
+
+// TestStaleWalsenderNamed: an active walrelay frozen with SIGSTOP leaves its walsender
+// holding the slot. A second instance standing by names it (pid, client, last reply,
+// wal_sender_timeout) in its WARN line and in its /readyz answer, and `walrelay status`
+// prints a walsender line that calls it stale once it has not replied for longer than a
+// live walrelay ever stays silent.
+func TestStaleWalsenderNamed(t *testing.T) {
+	env := requireEnv(t)
+	s := newScenario(t, env, "stalewal")
+	args := s.runArgs("--status-interval", "100ms", "--standby-retry-interval", "1s")
+	active := s.startArgsReady(args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	si, err := querySlot(ctx, t, env.pgDSN, s.name)
+	if err != nil || si.activePID == 0 {
+		t.Fatalf("slot %s: active pid %d (%v)", s.name, si.activePID, err)
+	}
+	if err := syscall.Kill(active.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(active.cmd.Process.Pid, syscall.SIGCONT) })
+	frozen := time.Now()
+
+	standby := s.startArgs(args...)
+	haWaitStandby(t, standby, s.name)
+	names := regexp.MustCompile(`walsender pid ` + strconv.Itoa(si.activePID) + `\b.*client 127\.0\.0\.1.*last reply .*wal_sender_timeout \(`)
+	testwait.Eventually(t, 10*time.Second, "the standby's WARN line naming the walsender that holds the slot", func() bool {
+		for _, m := range standby.logLines() {
+			if m["level"] == "WARN" && strings.Contains(fmt.Sprint(m["msg"]), "in use by another process") && names.MatchString(fmt.Sprint(m["error"])) {
+				return true
+			}
+		}
+		return false
+	})
+	resp, err := http.Get("http://" + standby.metricsAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !names.Match(body) {
+		t.Errorf("/readyz of the standby: %d %q, want 503 naming walsender pid %d", resp.StatusCode, body, si.activePID)
+	}
+
+	// A live walrelay replies at least every 10 s: past that, status calls it stale.
+	testwait.Eventually(t, 30*time.Second, "the frozen walrelay's walsender to have no reply for over 10 s", func() bool {
+		var age float64
+		err := pgPool(t, env.pgDSN).scan(ctx, "SELECT extract(epoch FROM clock_timestamp() - reply_time)::float8 FROM pg_stat_replication WHERE pid = $1",
+			[]any{si.activePID}, &age)
+		return err == nil && age > 10.5
+	})
+	t.Logf("walsender pid %d silent for over 10 s, %s after the freeze", si.activePID, time.Since(frozen).Round(100*time.Millisecond))
+	_, out := runCommand(t, time.Minute, "status", "--postgres-dsn", env.pgDSN, "--slot", s.name, "--table", s.table)
+	lines := statusLines(out, "walsender")
+	if len(lines) != 1 || !names.MatchString(lines[0]) || !strings.Contains(lines[0], "stale") {
+		t.Errorf("status does not name the stale walsender pid %d:\n%s", si.activePID, out)
 	}
 }

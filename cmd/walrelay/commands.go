@@ -131,11 +131,22 @@ func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 // left before max_slot_wal_keep_size invalidates the slot.
 const statusWALRatePeriod = 2 * time.Second
 
-// printSlotHealth prints what holds the slot s back (held_back_by, one line
+// printSlotHealth prints the walsender that streams from the slot s (pid,
+// client, last reply, and what ends it when it is stale), what holds it back (held_back_by, one line
 // per session, prepared transaction or older slot; "nothing" when none) and,
 // when max_slot_wal_keep_size is set, the WAL and time left before it
 // invalidates the slot (safe_wal_size).
 func printSlotHealth(ctx context.Context, q replication.Querier, s replication.Slot, w io.Writer) error {
+	if s.ActivePID != 0 {
+		ws, err := replication.ReadWalsender(ctx, q, s.ActivePID)
+		switch {
+		case errors.Is(err, replication.ErrMissing): // it ended since the slot was read
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(w, "%-20s %s\n", "walsender", ws)
+		}
+	}
 	h, err := replication.ReadHolders(ctx, q, s)
 	if err != nil {
 		return err
