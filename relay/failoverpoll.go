@@ -35,7 +35,8 @@ func pollFailover(ctx context.Context, opts Options, m *metrics) {
 }
 
 // observeFailover sets the walrelay_failover_* gauges from h; standbys no
-// longer found lose their series.
+// longer found lose their series. Without slot-failover they have none, so
+// that no alert on them fires for a slot that is not a failover slot.
 func (m *metrics) observeFailover(h replication.FailoverHealth) {
 	m.failoverProtected.Reset()
 	m.failoverLag.Reset()
@@ -49,7 +50,7 @@ func (m *metrics) observeFailover(h replication.FailoverHealth) {
 		m.failoverProtected.WithLabelValues(s.Server).Set(v)
 		m.failoverLag.WithLabelValues(s.Server).Set(float64(h.LagBytes(s)))
 	}
-	m.failoverStandbys.Set(float64(protected))
+	m.failoverStandbys.WithLabelValues().Set(float64(protected))
 }
 
 // failoverLog says when a standby stops (or starts again) protecting the

@@ -85,7 +85,7 @@ type metrics struct {
 	// failover slot protection, with SlotFailover (failoverpoll.go)
 	failoverProtected *prometheus.GaugeVec
 	failoverLag       *prometheus.GaugeVec
-	failoverStandbys  prometheus.Gauge
+	failoverStandbys  *prometheus.GaugeVec // no labels: no series until the first poll
 }
 
 // newMetrics registers walrelay's own metrics, labelling the slot and role
@@ -159,8 +159,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_failover_slot_protected", Help: "With slot-failover: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walrelay_failover_slot_lag_bytes", Help: "With slot-failover: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
-		failoverStandbys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_failover_protected_standbys", Help: "With slot-failover: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}),
+		failoverStandbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_failover_protected_standbys", Help: "With slot-failover: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)

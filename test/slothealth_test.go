@@ -356,6 +356,15 @@ func TestFailoverSlotHealth(t *testing.T) {
 		}
 		return false
 	})
+	// With slot-failover the failover metrics that TestObservability cannot see (the
+	// dashboard, the alerts and docs/operations.md name them) are exposed.
+	_, families := obsExposedNames(t, p)
+	for n := range obsOnlyWithFailover {
+		if !families[n] {
+			t.Errorf("%s not exposed with --slot-failover", n)
+		}
+	}
+
 	code, out := runCommand(t, time.Minute, faultWithFlag(s.commonArgs("doctor", "--slot-failover"), "--postgres-dsn", h.multiDSN)...)
 	if code == 0 || !regexp.MustCompile(`(?m)^FAIL standby `+regexp.QuoteMeta(standby)+` sync_replication_slots is off`).MatchString(out) {
 		t.Errorf("doctor (exit %d) does not FAIL the standby's sync_replication_slots:\n%s", code, out)
