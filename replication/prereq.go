@@ -224,21 +224,21 @@ func (c *Conn) slotHealth(ctx context.Context) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
+	var out []Finding
 	h, err := ReadHolders(ctx, q, s)
 	if err != nil {
-		return nil, err
+		out = append(out, Finding{Check: "slot-holder", Warn: true, Note: "cannot tell what holds the slot back: " + err.Error()})
 	}
-	var out []Finding
 	for _, l := range h.Lines() {
 		out = append(out, Finding{Check: "slot-holder", Warn: true, Note: l + fmt.Sprintf(": holds slot %q back (it retains %d bytes of WAL)", s.Name, h.RetainedBytes)})
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && err == nil {
 		out = append(out, Finding{Check: "slot-holder", OK: true, Note: "no open or prepared transaction holds the slot back"})
 	}
 	var rate WALRate
 	if s.SafeWALSize != nil {
 		if rate, err = MeasureWALRate(ctx, q, doctorWALRatePeriod); err != nil {
-			return nil, err
+			return append(out, Finding{Check: "slot-wal", Warn: true, Note: "cannot measure the WAL rate: " + err.Error()}), nil
 		}
 	}
 	if note, atRisk := SafeWALNote(s, rate, safeWALWarnWithin); note != "" {

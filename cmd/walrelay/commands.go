@@ -148,11 +148,11 @@ func printSlotHealth(ctx context.Context, q replication.Querier, s replication.S
 		}
 	}
 	h, err := replication.ReadHolders(ctx, q, s)
-	if err != nil {
-		return err
-	}
 	lines := h.Lines()
-	if len(lines) == 0 {
+	switch {
+	case err != nil:
+		lines = append(lines, "(cannot tell: "+err.Error()+")")
+	case len(lines) == 0:
 		lines = []string{"nothing (no open or prepared transaction holds the slot back)"}
 	}
 	for _, l := range lines {
