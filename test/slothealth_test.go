@@ -428,3 +428,60 @@ func TestStaleWalsenderNamed(t *testing.T) {
 		t.Errorf("status does not name the stale walsender pid %d:\n%s", si.activePID, out)
 	}
 }
+
+// TestPreparedTransactionHolderNamed: a prepared transaction that wrote (PREPARE
+// TRANSACTION, never committed) holds the slot back like an open session: `walrelay
+// status` names its gid on a held_back_by line, walrelay_slot_holder_xact_age_seconds
+// shows its age, and after COMMIT PREPARED both say nothing holds the slot. A private
+// cluster: max_prepared_transactions needs a restart.
+func TestPreparedTransactionHolderNamed(t *testing.T) {
+	env := requireEnv(t)
+	penv, pScript := startPrivateCluster(t, env)
+	pgExec(t, penv.pgDSN, "ALTER SYSTEM SET max_prepared_transactions = 5")
+	if err := runEnvScript(t, env, 2*time.Minute, pScript, "pg.sh", "restart-immediate"); err != nil {
+		t.Fatal(err)
+	}
+	faultResetPool(t, penv.pgDSN) // its connections died with the restart
+	s := newScenario(t, penv, "prepared")
+	p := s.startReady("--slot-metrics-interval", "300ms")
+	addr := p.metricsAddr()
+	scratch := pgx.Identifier{"public", s.name + "_scratch"}.Sanitize()
+	pgExec(t, penv.pgDSN, "CREATE TABLE "+scratch+" (x int)")
+	gid := s.name + "_gid"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, penv.pgDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []string{"BEGIN", "INSERT INTO " + scratch + " VALUES (1)", "PREPARE TRANSACTION '" + gid + "'"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	committed := false
+	t.Cleanup(func() {
+		if !committed {
+			pgExec(t, penv.pgDSN, "ROLLBACK PREPARED '"+gid+"'")
+		}
+	})
+
+	ageSeries := fmt.Sprintf("walrelay_slot_holder_xact_age_seconds{slot=%q}", s.name)
+	testwait.Eventually(t, 30*time.Second, "walrelay_slot_holder_xact_age_seconds to show the prepared transaction's age", func() bool {
+		v, _ := metricValue(t, addr, ageSeries)
+		return v >= 1
+	})
+	_, out := runCommand(t, time.Minute, "status", "--postgres-dsn", penv.pgDSN, "--slot", s.name, "--table", s.table)
+	held := statusLines(out, "held_back_by")
+	if len(held) != 1 || !strings.Contains(held[0], "prepared transaction "+strconv.Quote(gid)) || !strings.Contains(held[0], "COMMIT PREPARED") {
+		t.Errorf("status does not name prepared transaction %q:\n%s", gid, out)
+	}
+
+	pgExec(t, penv.pgDSN, "COMMIT PREPARED '"+gid+"'")
+	committed = true
+	testwait.Eventually(t, 30*time.Second, "walrelay_slot_holder_xact_age_seconds back to 0 after COMMIT PREPARED", func() bool {
+		v, _ := metricValue(t, addr, ageSeries)
+		return v == 0
+	})
+}
