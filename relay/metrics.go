@@ -154,7 +154,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
 		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank in the last 5 minutes (the WAL rate while the slot is held back); -1 when max_slot_wal_keep_size is unlimited or safe_wal_size does not shrink (the slot keeps up).", ConstLabels: slotLabel}),
+			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank since it last grew (the WAL rate while the slot is held back), once it has shrunk for a minute; -1 when max_slot_wal_keep_size is unlimited or the slot keeps up.", ConstLabels: slotLabel}),
 		failoverProtected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walrelay_failover_slot_protected", Help: "With slot-failover: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{

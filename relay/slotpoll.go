@@ -60,7 +60,7 @@ func (m *metrics) observeSlot(st slotState) {
 func pollSlot(ctx context.Context, opts Options, m *metrics) {
 	rc, log := opts.Replication, opts.Logger
 	slot := rc.Slot
-	shrink := &shrinkWindow{span: shrinkSpan}
+	shrink := &shrinkWindow{span: shrinkSpan, min: shrinkMin}
 	held := &holderLog{after: opts.SlotHolderAlertAfter, slot: slot, log: log}
 	m.slotHolderAlertAfter.Set(opts.SlotHolderAlertAfter.Seconds())
 	periodic{dsn: rc.DSN, password: rc.PasswordSource, interval: opts.SlotMetricsInterval, timeout: max(opts.SlotMetricsInterval, 5*time.Second), atOnce: true,
@@ -106,16 +106,21 @@ func pollSlot(ctx context.Context, opts Options, m *metrics) {
 }
 
 // shrinkSpan is the span of readings over which the rate at which
-// safe_wal_size shrinks is measured, for walrelay_slot_wal_time_left_seconds.
-const shrinkSpan = 5 * time.Minute
+// safe_wal_size shrinks is measured, for walrelay_slot_wal_time_left_seconds;
+// shrinkMin is how long it must have shrunk without growing before a rate is
+// given. A slot that keeps up grows it back whenever restart_lsn moves (at
+// least every 15 s or so under writes: Postgres logs a running-transactions
+// record that often), so only a slot held back shrinks it for a minute.
+const (
+	shrinkSpan = 5 * time.Minute
+	shrinkMin  = time.Minute
+)
 
-// shrinkWindow measures how fast a reading (safe_wal_size) shrinks, from the
-// readings of the last span. A slot that keeps up shrinks it by nothing over
-// the span (restart_lsn follows the WAL), one held back by the WAL rate.
-// Used by one goroutine.
+// shrinkWindow measures how fast a reading (safe_wal_size) shrinks, over the
+// readings of the last span since it last grew. Used by one goroutine.
 type shrinkWindow struct {
-	span    time.Duration
-	samples []shrinkSample
+	span, min time.Duration
+	samples   []shrinkSample
 }
 
 type shrinkSample struct {
@@ -124,9 +129,12 @@ type shrinkSample struct {
 }
 
 // add records the reading v taken at at and returns how fast the readings
-// kept shrank, per second: the first less the last over the time between
-// them; 0 or less when they did not shrink, or with one reading.
+// shrank since it last grew (within the span), per second: 0 until they have
+// shrunk for min without growing, and while they do not shrink.
 func (w *shrinkWindow) add(at time.Time, v float64) float64 {
+	if n := len(w.samples); n > 0 && v > w.samples[n-1].v {
+		w.samples = w.samples[:0] // it grew: the slot moved
+	}
 	w.samples = append(w.samples, shrinkSample{at, v})
 	i := 0
 	for i < len(w.samples)-2 && at.Sub(w.samples[i+1].at) >= w.span {
@@ -134,7 +142,7 @@ func (w *shrinkWindow) add(at time.Time, v float64) float64 {
 	}
 	w.samples = w.samples[i:]
 	first := w.samples[0]
-	if d := at.Sub(first.at); d > 0 {
+	if d := at.Sub(first.at); d > 0 && d >= w.min {
 		return (first.v - v) / d.Seconds()
 	}
 	return 0

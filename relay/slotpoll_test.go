@@ -10,20 +10,26 @@ import (
 	"github.com/walrelay/walrelay/replication"
 )
 
-// TestShrinkWindow: the rate is how fast the readings of the last span fell;
-// a reading that grows back (the slot moved) gives no positive rate, and
-// readings older than the span are forgotten.
+// TestShrinkWindow: the rate is how fast the readings fell since they last
+// grew (the slot moved), given only once they have fallen for min; readings
+// older than the span are forgotten.
 func TestShrinkWindow(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	w := &shrinkWindow{span: time.Minute}
+	w := &shrinkWindow{span: time.Minute, min: 20 * time.Second}
 	if r := w.add(t0, 1000); r != 0 {
 		t.Errorf("one reading: rate %v, want 0", r)
 	}
-	if r := w.add(t0.Add(10*time.Second), 900); r != 10 {
-		t.Errorf("1000 -> 900 in 10 s: rate %v, want 10", r)
+	if r := w.add(t0.Add(10*time.Second), 900); r != 0 {
+		t.Errorf("shrinking for 10 s (< min): rate %v, want 0", r)
 	}
-	if r := w.add(t0.Add(20*time.Second), 1000); r > 0 {
-		t.Errorf("grown back: rate %v, want <= 0", r)
+	if r := w.add(t0.Add(20*time.Second), 800); r != 10 {
+		t.Errorf("1000 -> 800 in 20 s: rate %v, want 10", r)
+	}
+	if r := w.add(t0.Add(30*time.Second), 1000); r != 0 {
+		t.Errorf("grown back (the slot moved): rate %v, want 0", r)
+	}
+	if r := w.add(t0.Add(45*time.Second), 1000); r != 0 {
+		t.Errorf("steady for 15 s: rate %v, want 0", r)
 	}
 	w.reset()
 	w.add(t0, 5000)
