@@ -16,7 +16,8 @@ import (
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr ("" disables). It
 // logs the bound address (useful with port 0) and returns a stop function.
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPProf bool, log *slog.Logger) (func(), error) {
+// why, when it says something, is /readyz's answer while not ready.
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, why func() string, withPProf bool, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -31,7 +32,11 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPP
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "not streaming (connecting, reconnecting or standing by)", http.StatusServiceUnavailable)
+			msg := "not streaming (connecting, reconnecting or standing by)"
+			if r := why(); r != "" {
+				msg = "not streaming, " + r
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -76,6 +76,17 @@ type metrics struct {
 	slotWALStatus  *prometheus.GaugeVec
 	slotPollErrors prometheus.Counter
 	slotPollLast   prometheus.Gauge
+
+	// what holds the slot back, and the time left before
+	// max_slot_wal_keep_size invalidates it (slotpoll.go)
+	slotHolderAge        prometheus.Gauge
+	slotHolderAlertAfter prometheus.Gauge
+	slotWALTimeLeft      prometheus.Gauge
+
+	// failover slot protection, with SlotFailover (failoverpoll.go)
+	failoverProtected *prometheus.GaugeVec
+	failoverLag       *prometheus.GaugeVec
+	failoverStandbys  *prometheus.GaugeVec // no labels: no series until the first poll
 }
 
 // newMetrics registers walrelay's own metrics, labelling the slot and role
@@ -141,6 +152,18 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 			Name: "walrelay_slot_poll_errors_total", Help: "Failed reads of pg_replication_slots.", ConstLabels: slotLabel}),
 		slotPollLast: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_poll_last_success_timestamp_seconds", Help: "Unix time of the last successful read of pg_replication_slots (0: none yet).", ConstLabels: slotLabel}),
+		slotHolderAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open (with a transaction id) or prepared transaction, which holds the slot back (restart_lsn, catalog_xmin) once walrelay confirmed past its start; 0 when none is open. walrelay status names it.", ConstLabels: slotLabel}),
+		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
+		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank since it last grew (the WAL rate while the slot is held back), once it has shrunk for a minute; -1 when max_slot_wal_keep_size is unlimited or the slot keeps up.", ConstLabels: slotLabel}),
+		failoverProtected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_failover_slot_protected", Help: "With slot-failover: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
+		failoverLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_failover_slot_lag_bytes", Help: "With slot-failover: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
+		failoverStandbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walrelay_failover_protected_standbys", Help: "With slot-failover: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)
@@ -171,6 +194,8 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
 		m.slotRetained, m.slotLag, m.slotSafeWAL, m.slotActive, m.slotExists, m.slotWALStatus, m.slotPollErrors, m.slotPollLast,
+		m.slotHolderAge, m.slotHolderAlertAfter, m.slotWALTimeLeft,
+		m.failoverProtected, m.failoverLag, m.failoverStandbys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -45,8 +45,13 @@ type Options struct {
 	// HeartbeatDSN is where heartbeats are written when Replication.DSN is
 	// a standby (logical decoding on a standby, Postgres 16+): the primary.
 	// "" writes them through Replication.DSN.
-	HeartbeatDSN         string
-	SlotMetricsInterval  time.Duration // 0: no walrelay_slot_* metrics
+	HeartbeatDSN        string
+	SlotMetricsInterval time.Duration // 0: no walrelay_slot_* metrics
+	// SlotHolderAlertAfter is how long an open or prepared transaction may
+	// hold the slot back before walrelay logs it as a warning (and the
+	// WalrelaySlotHeldBack alert fires: walrelay_slot_holder_alert_after_seconds);
+	// 0: never.
+	SlotHolderAlertAfter time.Duration
 	StandbyRetryInterval time.Duration // wait between tries of a slot another process holds
 	ShutdownTimeout      time.Duration // bounds the drain after the context ends
 	KafkaTimeout         time.Duration // bounds waiting for Kafka at start and at transaction ends
@@ -155,6 +160,8 @@ func (o *Options) Validate() error {
 		return bad("StandbyRetryInterval, ShutdownTimeout, KafkaTimeout", "must be positive")
 	case o.HeartbeatInterval < 0 || o.SlotMetricsInterval < 0:
 		return bad("HeartbeatInterval, SlotMetricsInterval", "must not be negative")
+	case o.SlotHolderAlertAfter < 0:
+		return bad("SlotHolderAlertAfter", "must not be negative")
 	}
 	if so := o.OutboxSpan; so != nil {
 		switch {

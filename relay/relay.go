@@ -88,7 +88,8 @@ func Run(ctx context.Context, opts Options) error {
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, opts.PProf, log)
+	sb := newStandby(opts.StandbyRetryInterval, slot, m, log)
+	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, sb.notReady, opts.PProf, log)
 	if err != nil {
 		return &OptionError{Option: "MetricsAddr", Err: err}
 	}
@@ -107,6 +108,12 @@ func Run(ctx context.Context, opts Options) error {
 	rcfg := opts.Replication
 	rcfg.PrimaryDSN = opts.HeartbeatDSN
 	rcfg.Marker = marker
+	if rcfg.SlotCreateWait == nil {
+		rcfg.SlotCreateWait = func(w replication.SlotWait) {
+			log.Warn("creating the replication slot waits for transactions to end (a logical slot starts only after every transaction running at its creation ended)",
+				"slot", w.Slot, "waited", w.Waited.Round(time.Second).String(), "waiting_for", w.String())
+		}
+	}
 	conn, err := replication.Open(ctx, rcfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -139,6 +146,8 @@ func Run(ctx context.Context, opts Options) error {
 	// Postgres that cannot be reached would first show as stale metrics.
 	stopPoll := startSlotPoll(ctx, opts, m)
 	defer stopPoll()
+	stopFailoverPoll := startFailoverPoll(ctx, opts, m)
+	defer stopFailoverPoll()
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
@@ -165,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: sb,
 		cur: cur, system: conn.System, confirmed: conn.Start}
 	r.mode = &atLeastOnce{producer: snk, r: r}
 	if opts.ExactlyOnce != nil {

@@ -32,6 +32,7 @@ var optionKeys = map[string][]string{
 	"KafkaTimeout":               {"kafka-timeout"},
 	"HeartbeatInterval":          {"heartbeat-interval"},
 	"SlotMetricsInterval":        {"slot-metrics-interval"},
+	"SlotHolderAlertAfter":       {"slot-holder-alert-after"},
 	"MetricsAddr":                {"metrics-addr"},
 	"Decoder":                    {"table"},
 	"ExactlyOnce":                {"transactional-id", "checkpoint-topic"},

@@ -27,8 +27,9 @@ type standby struct {
 	m        *metrics
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	since time.Time // start of the current standby period; zero when not standing by
+	mu     sync.Mutex
+	since  time.Time // start of the current standby period; zero when not standing by
+	holder string    // while standing by: why, naming the walsender that holds the slot
 }
 
 func newStandby(interval time.Duration, slot string, m *metrics, log *slog.Logger) *standby {
@@ -42,6 +43,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if errors.Is(err, replication.ErrSlotInUse) {
+		s.holder = err.Error()
 		if s.since.IsZero() {
 			s.since = time.Now()
 			s.m.reconnects.WithLabelValues("slot_in_use").Inc()
@@ -53,7 +55,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 		s.m.setRole(roleStandby)
 		return retry.Jitter(s.interval), true
 	}
-	s.since = time.Time{}
+	s.since, s.holder = time.Time{}, ""
 	s.m.setRole("")
 	s.m.reconnects.WithLabelValues("connection").Inc()
 	s.log.Warn("replication stream lost; reconnecting", "slot", s.slot, "error", err, "retry_in", backoff.String())
@@ -66,8 +68,21 @@ func (s *standby) streaming() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m.setRole(roleActive)
+	s.holder = ""
 	if !s.since.IsZero() {
 		s.log.Info("took over the replication slot; active", "slot", s.slot, "standby_for", time.Since(s.since).Round(time.Millisecond).String())
 		s.since = time.Time{}
 	}
+}
+
+// notReady says why the instance is not ready while it stands by (the
+// slot's holder, from the last try), "" otherwise. Safe to call
+// concurrently.
+func (s *standby) notReady() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.since.IsZero() {
+		return ""
+	}
+	return "standing by: " + s.holder
 }

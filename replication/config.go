@@ -73,6 +73,16 @@ type Config struct {
 	// do: while it waits, walrelay asks the primary for one
 	// (pg_log_standby_snapshot) every second. "" asks nothing.
 	PrimaryDSN string
+	// SlotCreateTimeout bounds the creation of a missing slot, which waits
+	// until every transaction with a transaction id running when it starts
+	// has ended (on a standby, also for the primary's standby snapshot).
+	// Past it, Open cancels the creation and fails with a *PrereqError that
+	// names the transactions. 0: no limit.
+	SlotCreateTimeout time.Duration
+	// SlotCreateWait, when set, is called while a slot creation waits (after
+	// 2 s, then every 5 s) with what it waits for. It is called from a
+	// goroutine of Open's, never after Open returned.
+	SlotCreateWait func(SlotWait)
 	// PasswordSource supplies the password of every connection to DSN and
 	// PrimaryDSN, asked again for each one (a short-lived token). Nil uses
 	// the DSN's password.
@@ -150,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatusInterval < 0 || c.KeepaliveInterval < 0 || c.ShutdownTimeout < 0 || c.Batches < 0 || c.BatchBytes < 0 {
 		return &SettingError{"status-interval", errors.New("replication intervals and sizes must not be negative")}
+	}
+	if c.SlotCreateTimeout < 0 {
+		return &SettingError{"slot-create-timeout", errors.New("must not be negative (0: no limit)")}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -177,6 +178,11 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		}
 	} else {
 		add("slot", nil, fmt.Sprintf("%q at %s", cfg.Slot, slotCfg.Start))
+		health, err := c.slotHealth(ctx)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, health...)
 	}
 	if cfg.SlotFailover {
 		warnings, err := c.primaryFailoverWarnings(ctx)
@@ -196,6 +202,47 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 		for _, f := range checks {
 			out = append(out, Finding{Check: "standby " + f.Server, OK: f.OK, Note: f.Note})
 		}
+	}
+	return out, nil
+}
+
+// doctorWALRatePeriod is how long Diagnose measures the WAL rate for the
+// time left before max_slot_wal_keep_size invalidates the slot.
+const doctorWALRatePeriod = 2 * time.Second
+
+// safeWALWarnWithin is the time left before max_slot_wal_keep_size
+// invalidates the slot, at the current WAL rate, under which Diagnose warns.
+const safeWALWarnWithin = time.Hour
+
+// slotHealth is Diagnose's findings about the existing slot: what holds it
+// back (slot-holder: a warning per session, prepared transaction or older
+// slot) and, with max_slot_wal_keep_size set, how close it is to
+// invalidation (slot-wal).
+func (c *Conn) slotHealth(ctx context.Context) ([]Finding, error) {
+	q := c.querier()
+	s, err := ReadSlot(ctx, q, c.cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	h, err := ReadHolders(ctx, q, s)
+	if err != nil {
+		out = append(out, Finding{Check: "slot-holder", Warn: true, Note: "cannot tell what holds the slot back: " + err.Error()})
+	}
+	for _, l := range h.Lines() {
+		out = append(out, Finding{Check: "slot-holder", Warn: true, Note: l + fmt.Sprintf(": holds slot %q back (it retains %d bytes of WAL)", s.Name, h.RetainedBytes)})
+	}
+	if len(out) == 0 && err == nil {
+		out = append(out, Finding{Check: "slot-holder", OK: true, Note: "no open or prepared transaction holds the slot back"})
+	}
+	var rate WALRate
+	if s.SafeWALSize != nil {
+		if rate, err = MeasureWALRate(ctx, q, doctorWALRatePeriod); err != nil {
+			return append(out, Finding{Check: "slot-wal", Warn: true, Note: "cannot measure the WAL rate: " + err.Error()}), nil
+		}
+	}
+	if note, atRisk := SafeWALNote(s, rate, safeWALWarnWithin); note != "" {
+		out = append(out, Finding{Check: "slot-wal", OK: !atRisk, Warn: atRisk, Note: "safe_wal_size: " + note})
 	}
 	return out, nil
 }

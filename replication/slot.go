@@ -106,18 +106,30 @@ func ReadSlot(ctx context.Context, q Querier, name string) (Slot, error) {
 	if len(rows) == 0 {
 		return Slot{}, fmt.Errorf("%s: %w", name, ErrSlotMissing)
 	}
-	r := rows[0]
-	if len(rows) != 1 || len(r) != 3 {
+	if len(rows) != 1 {
 		return Slot{}, fmt.Errorf("read slot %s: unexpected result", name)
+	}
+	s, err := slotFromRow(rows[0])
+	if err != nil {
+		return Slot{}, fmt.Errorf("read slot %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// slotFromRow turns a row of slotQuery's columns (the slot as JSON, whether
+// it is in the current database, the server's WAL position) into a Slot.
+func slotFromRow(r [][]byte) (Slot, error) {
+	if len(r) != 3 {
+		return Slot{}, errors.New("unexpected result")
 	}
 	s, err := parseSlot(r[0])
 	if err != nil {
-		return Slot{}, fmt.Errorf("read slot %s: %w", name, err)
+		return Slot{}, err
 	}
 	s.InCurrentDatabase = string(r[1]) == "t"
 	if r[2] != nil {
 		if s.WALEnd, err = pglogrepl.ParseLSN(string(r[2])); err != nil {
-			return Slot{}, fmt.Errorf("read slot %s: current WAL position %q: %w", name, r[2], err)
+			return Slot{}, fmt.Errorf("current WAL position %q: %w", r[2], err)
 		}
 	}
 	return s, nil
@@ -243,11 +255,16 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			stop := nudgeStandbySnapshot(ctx, c.cfg.PrimaryDSN, c.cfg.PasswordSource)
 			defer stop()
 		}
-		if c.cfg.SlotFailover {
-			res, err = pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
-		} else {
-			res, err = pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
+		res, err = c.createSlot(ctx, func(ctx context.Context) (pglogrepl.CreateReplicationSlotResult, error) {
+			if c.cfg.SlotFailover {
+				return pglogrepl.ParseCreateReplicationSlot(c.conn.Exec(ctx, failoverSlotSQL(c.cfg.Slot)))
+			}
+			return pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
 				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		})
+		var pe *PrereqError
+		if errors.As(err, &pe) {
+			return err
 		}
 		if err != nil {
 			var pe *pgconn.PgError
@@ -387,4 +404,30 @@ func DropSlot(ctx context.Context, q Querier, name string) error {
 		return fmt.Errorf("drop slot %s: %w", name, err)
 	}
 	return nil
+}
+
+// olderSlotsQuery reads the slots other than $1 whose xmin or catalog_xmin
+// is as old as the xid $2 or older, the oldest first, as slotQuery does.
+const olderSlotsQuery = `SELECT to_jsonb(s)::text, coalesce(s.database = current_database(), false),
+	(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text
+	FROM pg_replication_slots s
+	WHERE s.slot_name <> $1 AND (age(s.catalog_xmin) >= age($2::xid) OR age(s.xmin) >= age($2::xid))
+	ORDER BY greatest(coalesce(age(s.catalog_xmin), 0), coalesce(age(s.xmin), 0)) DESC, s.slot_name`
+
+// readOlderSlots reads the slots other than name with a horizon (xmin or
+// catalog_xmin) as old as the xid xmin or older.
+func readOlderSlots(ctx context.Context, q Querier, name, xmin string) ([]Slot, error) {
+	rows, err := q.queryRows(ctx, olderSlotsQuery, name, xmin)
+	if err != nil {
+		return nil, fmt.Errorf("read slots older than %s: %w", name, err)
+	}
+	out := make([]Slot, 0, len(rows))
+	for _, r := range rows {
+		s, err := slotFromRow(r)
+		if err != nil {
+			return nil, fmt.Errorf("read slots older than %s: %w", name, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -145,7 +145,7 @@ func (s *Stream) Run(ctx context.Context) (err error) {
 	if err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse {
-			return fmt.Errorf("start replication on slot %s: %w: %s", c.cfg.Slot, ErrSlotInUse, pgErr.Message)
+			return fmt.Errorf("start replication on slot %s: %w: %s%s", c.cfg.Slot, ErrSlotInUse, pgErr.Message, c.slotHolder(ctx))
 		}
 		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
 	}
@@ -482,4 +482,29 @@ func skippedPublication(n *pgproto3.NoticeResponse, publication string) error {
 		Problem:  fmt.Sprintf("publication %q is missing at this point in the WAL (%s): Postgres skips the changes it would publish, so events after the slot's position would never be relayed", publication, n.Message),
 		Fix:      "recreate the publication, then recover the outbox rows committed since it was dropped from the table (replay)",
 		Settings: []string{"publication"}, Err: ErrMissing}
+}
+
+// slotHolder describes the walsender that holds the slot (", held by
+// walsender pid ..."), "" when it cannot be read: the name of a stale
+// walsender left by a walrelay that lost its connection. It reads on a
+// connection of its own: after a refused START_REPLICATION the replication
+// connection still has the server's ReadyForQuery to read.
+func (c *Conn) slotHolder(ctx context.Context) string {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := Connect(cctx, c.cfg.DSN, c.cfg.PasswordSource)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(context.Background())
+	q := NewQuerier(conn)
+	s, err := ReadSlot(cctx, q, c.cfg.Slot)
+	if err != nil || s.ActivePID == 0 {
+		return ""
+	}
+	w, err := ReadWalsender(cctx, q, s.ActivePID)
+	if err != nil {
+		return fmt.Sprintf(", held by pid %d", s.ActivePID)
+	}
+	return ", held by " + w.String()
 }

@@ -127,7 +127,53 @@ func status(ctx context.Context, cfg config.StatusConfig, w io.Writer) error {
 	} {
 		fmt.Fprintf(w, "%-20s %s\n", f.name, f.value)
 	}
+	if err := printSlotHealth(cctx, replication.NewQuerier(conn), s, w); err != nil {
+		return errors.Join(err, printSpans(cctx, conn, cfg, w))
+	}
 	return printSpans(cctx, conn, cfg, w)
+}
+
+// statusWALRatePeriod is how long status measures the WAL rate for the time
+// left before max_slot_wal_keep_size invalidates the slot.
+const statusWALRatePeriod = 2 * time.Second
+
+// printSlotHealth prints the walsender that streams from the slot s (pid,
+// client, last reply, and what ends it when it is stale), what holds it back (held_back_by, one line
+// per session, prepared transaction or older slot; "nothing" when none) and,
+// when max_slot_wal_keep_size is set, the WAL and time left before it
+// invalidates the slot (safe_wal_size).
+func printSlotHealth(ctx context.Context, q replication.Querier, s replication.Slot, w io.Writer) error {
+	if s.ActivePID != 0 {
+		ws, err := replication.ReadWalsender(ctx, q, s.ActivePID)
+		switch {
+		case errors.Is(err, replication.ErrMissing): // it ended since the slot was read
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(w, "%-20s %s\n", "walsender", ws)
+		}
+	}
+	h, err := replication.ReadHolders(ctx, q, s)
+	lines := h.Lines()
+	switch {
+	case err != nil:
+		lines = append(lines, "(cannot tell: "+err.Error()+")")
+	case len(lines) == 0:
+		lines = []string{"nothing (no open or prepared transaction holds the slot back)"}
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "%-20s %s\n", "held_back_by", l)
+	}
+	var rate replication.WALRate
+	if s.SafeWALSize != nil {
+		if rate, err = replication.MeasureWALRate(ctx, q, statusWALRatePeriod); err != nil {
+			return err
+		}
+	}
+	if note, _ := replication.SafeWALNote(s, rate, time.Hour); note != "" {
+		fmt.Fprintf(w, "%-20s %s\n", "safe_wal_size", note)
+	}
+	return nil
 }
 
 // prettySize formats n bytes as Postgres' pg_size_pretty does: bytes below

@@ -104,6 +104,8 @@ func settingSamples(dsnFile, passwordFile string) map[string]sample {
 		"status-interval":                {"2s", "2s"},
 		"standby-retry-interval":         {"3s", "3s"},
 		"slot-metrics-interval":          {"0", "0s"},
+		"slot-holder-alert-after":        {"0", "0s"},
+		"slot-create-timeout":            {"0", "0s"},
 		"shutdown-timeout":               {"45s", "45s"},
 		"metrics-addr":                   {`":9999"`, ":9999"},
 		"pprof":                          {"true", "true"},

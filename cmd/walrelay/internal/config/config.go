@@ -97,6 +97,12 @@ type Config struct {
 	SlotMetricsInterval  time.Duration
 	StandbyRetryInterval time.Duration
 	SlotFailover         bool
+	// SlotCreateTimeout bounds the creation of a missing slot
+	// (replication.Config.SlotCreateTimeout); 0: no limit.
+	SlotCreateTimeout time.Duration
+	// SlotHolderAlertAfter is how long a transaction may hold the slot back
+	// before walrelay warns (relay.Options.SlotHolderAlertAfter); 0: never.
+	SlotHolderAlertAfter time.Duration
 	// Procs is GOMAXPROCS for `walrelay run`: 1 by default, 0 leaves Go's
 	// own (the GOMAXPROCS variable, else the CPUs available). The default
 	// is 0 when the GOMAXPROCS variable is set.
@@ -160,6 +166,8 @@ func Defaults() Config {
 		Logging:                defaultLogging(),
 		SafetyNet:              defaultSafetyNet(),
 		SlotMetricsInterval:    5 * time.Second,
+		SlotHolderAlertAfter:   30 * time.Minute,
+		SlotCreateTimeout:      10 * time.Minute,
 		StandbyRetryInterval:   time.Second,
 		Procs:                  1,
 
@@ -196,6 +204,7 @@ func (c *Config) settings() []setting {
 		setting{name: "create-slot", usage: "create the replication slot when missing", value: boolVal{&c.CreateSlot}},
 		setting{name: "create-publication", usage: "create the publication when missing", value: boolVal{&c.CreatePublication}},
 		setting{name: "slot-failover", usage: "create the slot with failover = true, synchronized to physical standbys (Postgres 17+)", value: boolVal{&c.SlotFailover}},
+		setting{name: "slot-create-timeout", usage: "how long creating a missing slot may wait for the transactions running when it starts to end (logged every few seconds with their pids) before walrelay gives up naming them; 0: no limit", value: durVal{&c.SlotCreateTimeout}},
 	)...)
 	ss = append(ss, g(GroupTables,
 		setting{name: "table", usage: "outbox table(s), schema.name, comma-separated", value: listVal{&c.Tables}},
@@ -268,6 +277,7 @@ func (c *Config) settings() []setting {
 		setting{name: "status-interval", usage: "how often a moved confirmed position is reported to Postgres", value: durVal{&c.StatusInterval}},
 		setting{name: "standby-retry-interval", usage: "fixed wait between tries of a slot another process holds (standby)", value: durVal{&c.StandbyRetryInterval}},
 		setting{name: "slot-metrics-interval", usage: "how often pg_replication_slots is read for the walrelay_slot_* metrics (0 disables)", value: durVal{&c.SlotMetricsInterval}},
+		setting{name: "slot-holder-alert-after", usage: "how long an open or prepared transaction may hold the slot back (restart_lsn, catalog_xmin) before walrelay logs it as a warning and the WalrelaySlotHeldBack alert fires (0: never)", value: durVal{&c.SlotHolderAlertAfter}},
 		setting{name: "shutdown-timeout", usage: "how long SIGTERM waits for in-flight records", value: durVal{&c.ShutdownTimeout}},
 		setting{name: "metrics-addr", usage: "listen address for /metrics, /healthz, /readyz (loopback by default; :8187 for all interfaces; port 0 picks one and logs it); empty disables", value: stringVal{&c.MetricsAddr}},
 		setting{name: "pprof", usage: "serve Go profiles under /debug/pprof/ on the metrics address", value: boolVal{&c.PProf}},
@@ -299,6 +309,7 @@ func (c Config) Validate() error {
 			fmt.Sprintf("must be -1 (broker default) or positive, got %d", c.TopicReplicationFactor)},
 		{"on-poison", c.OnPoison != relay.OnPoisonDLQ && c.OnPoison != relay.OnPoisonStop, fmt.Sprintf("must be dlq or stop, got %q", c.OnPoison)},
 		{"slot-metrics-interval", c.SlotMetricsInterval < 0, "must not be negative (0 disables)"},
+		{"slot-holder-alert-after", c.SlotHolderAlertAfter < 0, "must not be negative (0 disables)"},
 		{"standby-retry-interval", c.StandbyRetryInterval <= 0, "must be positive"},
 		{"procs", c.Procs < 0 || c.Procs > 1024, fmt.Sprintf("must be between 0 and 1024, got %d", c.Procs)},
 	}
@@ -473,6 +484,7 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		HeartbeatInterval:    c.HeartbeatInterval,
 		HeartbeatDSN:         c.HeartbeatDSN,
 		SlotMetricsInterval:  c.SlotMetricsInterval,
+		SlotHolderAlertAfter: c.SlotHolderAlertAfter,
 		StandbyRetryInterval: c.StandbyRetryInterval,
 		ShutdownTimeout:      c.ShutdownTimeout,
 		KafkaTimeout:         c.KafkaTimeout,
@@ -513,6 +525,7 @@ func (c Config) Replication() replication.Config {
 		StatusInterval:      c.StatusInterval,
 		ShutdownTimeout:     c.ShutdownTimeout,
 		SlotFailover:        c.SlotFailover,
+		SlotCreateTimeout:   c.SlotCreateTimeout,
 		PasswordSource:      c.PasswordSource(),
 	}
 }
