@@ -139,11 +139,16 @@ func Start(t *testing.T, name string, cluster *kfake.Cluster, create func(t *tes
 	// consistent point and never be in its stream. Slot creation waits for
 	// the transactions running on the whole server, which takes long under
 	// load: 60 s only bounds a failure.
-	testwait.Eventually(t, 60*time.Second, "slot "+name+" to be created and streamed", func() bool {
-		s, err := replication.ReadSlot(context.Background(), replication.NewQuerier(pg.Conn.PgConn()), name)
-		return err == nil && slotStreamed(s)
-	})
+	testwait.Eventually(t, 60*time.Second, "slot "+name+" to be created and streamed", func() bool { return SlotStreamed(pg, name) })
 	return f
+}
+
+// SlotStreamed reports whether slot name, of pg's database, is past its
+// creation and streamed: what a test waits for before it writes rows that a
+// run must stream.
+func SlotStreamed(pg *pgtest.Conn, name string) bool {
+	s, err := replication.ReadSlot(context.Background(), replication.NewQuerier(pg.Conn.PgConn()), name)
+	return err == nil && slotStreamed(s)
 }
 
 // slotStreamed reports whether s, read in the fixture's database, is a slot
