@@ -80,8 +80,7 @@ bench_on_exit() {
 	local rc=$?
 	trap - EXIT INT TERM
 	if [ -n "$wpid" ] && pid_alive "$wpid"; then
-		kill -TERM "$wpid" 2>/dev/null || true
-		wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
+		terminate "$wpid" 60 || true
 	fi
 	if [ "${WALRELAY_BENCH_KEEP:-0}" = 1 ]; then
 		log "WALRELAY_BENCH_KEEP=1: $BENCH_SERVICES left running; make clean stops them"

@@ -187,8 +187,7 @@ if [ "$WARMUP_S" -gt 0 ] && [ -z "$walrelay_problem" ]; then
 		[ "$(q "SELECT confirmed_flush_lsn >= '$TARGET'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'bench_warmup'")" != t ]; do
 		sleep 0.2
 	done
-	kill -TERM "$wpid" 2>/dev/null || true
-	wait_pid_gone "$wpid" 60 || kill -KILL "$wpid" 2>/dev/null || true
+	terminate "$wpid" 60 || true
 	wait "$wpid" 2>/dev/null || log "warm-up: walrelay exited with $? (log: $WALRELAY_TEST_DIR/walrelay-warmup.log)"
 	wpid=""
 	rm -f "$WPID_FILE"

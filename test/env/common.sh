@@ -68,6 +68,127 @@ wait_until() {
 	done
 }
 
+# terminate PID SECONDS: SIGTERM, wait up to SECONDS for PID to exit, then SIGKILL and wait up
+# to 10 s more; false when PID survives even that.
+terminate() {
+	local pid="$1"
+	kill -TERM "$pid" 2>/dev/null || true
+	wait_pid_gone "$pid" "$2" && return 0
+	log "pid $pid: no exit after $2 s; SIGKILL"
+	kill -KILL "$pid" 2>/dev/null || true
+	wait_pid_gone "$pid" 10
+}
+
+# Services started in the background (kafka.sh, registry.sh, debezium.sh): a pid file in the
+# state dir, a mark on the command line that tells the service from a process that got a
+# recycled pid, and the same start, wait, stop, kill and status for each.
+
+# port_open PORT: something accepts connections on 127.0.0.1:PORT.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_ports_free SECONDS PORT...: wait until nothing accepts on any PORT; die naming the first
+# one still taken after SECONDS (a service of an earlier run may still be exiting).
+wait_ports_free() {
+	local deadline=$((SECONDS + $1)) p
+	shift
+	for p in "$@"; do
+		while port_open "$p"; do
+			[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$p is taken by another process"
+			sleep 0.2
+		done
+	done
+}
+
+# service_pid PIDFILE MARK: print the pid in PIDFILE when that process runs and its command line
+# holds MARK; false otherwise.
+service_pid() {
+	local pid
+	pid="$(cat "$1" 2>/dev/null || true)"
+	[ -n "$pid" ] && pid_alive "$pid" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2" || return 1
+	printf '%s\n' "$pid"
+}
+
+# spawn_service DIR OUT PIDFILE CMD...: start CMD in the background in directory DIR, stdin from
+# /dev/null, stdout and stderr appended to OUT; write its pid to PIDFILE and to SERVICE_PID. CMD
+# runs in a session of its own (setsid) so that a Ctrl-C on the caller's terminal does not reach
+# it before the caller's cleanup stops it; setsid would fork (and lose the pid) in a group
+# leader, so it is used only when the subshell is not one.
+spawn_service() {
+	local dir="$1" out="$2" pidfile="$3"
+	shift 3
+	(
+		cd "$dir"
+		pre=()
+		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
+		exec "${pre[@]}" "$@"
+	) </dev/null >>"$out" 2>&1 &
+	SERVICE_PID=$!
+	printf '%s\n' "$SERVICE_PID" >"$pidfile"
+}
+
+# await_service WHAT PID SECONDS LOGS PORTS CHECK...: run CHECK every 0.3 s until it succeeds.
+# When PID exits first or SECONDS pass, print the tail of LOGS (a space-separated list; when
+# they say "Address already in use", also the sockets on PORTS) and die naming WHAT.
+await_service() {
+	local what="$1" pid="$2" deadline=$((SECONDS + $3)) logs="$4" ports="$5" p filter=""
+	shift 5
+	until "$@"; do
+		if ! pid_alive "$pid" || [ "$SECONDS" -ge "$deadline" ]; then
+			# shellcheck disable=SC2086 # one path per word
+			tail -n 40 $logs >&2 2>/dev/null || true
+			# shellcheck disable=SC2086
+			if [ -n "$ports" ] && grep -qs "Address already in use" $logs; then
+				for p in $ports; do filter+="${filter:+ or }sport = :$p"; done
+				log "sockets on 127.0.0.1 port $ports:"
+				ss -tanp "( $filter )" >&2 2>/dev/null || true
+			fi
+			pid_alive "$pid" || die "$what exited during startup (logs: $logs)"
+			die "$what did not answer within $3 s (logs: $logs)"
+		fi
+		sleep 0.3
+	done
+}
+
+# stop_service PIDFILE MARK SECONDS: SIGTERM the service of PIDFILE (service_pid) and wait for
+# its exit, SIGKILL after SECONDS; remove PIDFILE. Says "not running" when it does not run.
+stop_service() {
+	local pid
+	if ! pid="$(service_pid "$1" "$2")"; then
+		rm -f "$1"
+		log "not running"
+		return
+	fi
+	log "stopping (pid $pid)"
+	terminate "$pid" "$3" || die "pid $pid survives SIGKILL"
+	rm -f "$1"
+}
+
+# kill_service PIDFILE MARK: SIGKILL the service of PIDFILE (fault tests) and wait for its exit.
+kill_service() {
+	local pid
+	if ! pid="$(service_pid "$1" "$2")"; then
+		log "not running"
+		return
+	fi
+	log "SIGKILL (pid $pid)"
+	kill -KILL "$pid" 2>/dev/null || true
+	wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
+	rm -f "$1"
+}
+
+# service_status NAME WHERE STATE PIDFILE MARK: print whether the service runs; exit status 3
+# when it does not.
+service_status() {
+	local pid
+	if pid="$(service_pid "$4" "$5")"; then
+		echo "$1 running on $2 (pid $pid, state $3)"
+	else
+		echo "$1 not running (state $3)"
+		return 3
+	fi
+}
+
 # safe_wipe DIR: remove a state directory, but only one that is ours (empty, missing, or marked).
 safe_wipe() {
 	local dir
@@ -98,8 +219,7 @@ stop_services() {
 		[ -f "$pf" ] || continue
 		pid="$(cat "$pf" 2>/dev/null || true)"
 		if pid_alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q walrelay; then
-			kill -TERM "$pid" 2>/dev/null || true
-			wait_pid_gone "$pid" 30 || kill -KILL "$pid" 2>/dev/null || true
+			terminate "$pid" 30 || true
 		fi
 		rm -f "$pf"
 	done

@@ -87,89 +87,42 @@ logger.dbz.level = info
 EOC
 }
 
-worker_pid() {
-	local pid
-	pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-	[ -n "$pid" ] && pid_alive "$pid" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "ConnectStandalone $PROPS" || return 1
-	printf '%s\n' "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# MARK: the worker's command line holds it (a recycled pid is not our worker).
+MARK="ConnectStandalone $PROPS"
 
 answers() { curl -fsS -m 5 "$REST/" >/dev/null 2>&1; }
 
 cmd_start() {
 	local pid t0=$SECONDS
-	if pid="$(worker_pid)"; then
+	if pid="$(service_pid "$PIDFILE" "$MARK")"; then
 		log "already running on $REST (pid $pid)"
 		return
 	fi
 	fetch
 	command -v curl >/dev/null || die "curl not found"
-	local deadline=$((SECONDS + 10))
-	while port_open "$REST_PORT"; do
-		[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$REST_PORT is taken by another process"
-		sleep 0.2
-	done
+	wait_ports_free 10 "$REST_PORT"
 	ensure_state_dir "$WALRELAY_TEST_DIR"
 	mkdir -p "$STATE"
 	write_config
 	register debezium
 	log "starting Kafka Connect $CONNECT_VERSION + Debezium $DBZ_VERSION on $REST (broker 127.0.0.1:$KAFKA_PORT)"
-	(
-		read -r -a heap <<<"${WALRELAY_TEST_CONNECT_HEAP:--Xms128m -Xmx512m}"
-		read -r -a jvm <<<"${WALRELAY_TEST_CONNECT_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
-		pre=()
-		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
-		exec "${pre[@]}" "$(java_bin)" "${heap[@]}" "${jvm[@]}" -XX:+ExitOnOutOfMemoryError \
-			-XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" -Djava.awt.headless=true \
-			-Dlog4j2.configurationFile="file:$LOG4J" -cp "$LIBS/*" \
-			org.apache.kafka.connect.cli.ConnectStandalone "$PROPS"
-	) </dev/null >>"$STATE/connect.out" 2>&1 &
-	pid=$!
-	printf '%s\n' "$pid" >"$PIDFILE"
-	deadline=$((SECONDS + START_TIMEOUT))
-	until answers; do
-		if ! pid_alive "$pid"; then
-			tail -n 40 "$STATE/connect.out" "$STATE/logs/connect.log" >&2 2>/dev/null || true
-			die "worker exited during startup (logs: $STATE/connect.out, $STATE/logs/connect.log)"
-		fi
-		if [ "$SECONDS" -ge "$deadline" ]; then
-			tail -n 40 "$STATE/logs/connect.log" >&2 2>/dev/null || true
-			die "Connect REST on $REST did not answer within ${START_TIMEOUT}s"
-		fi
-		sleep 0.5
-	done
+	local heap jvm java
+	read -r -a heap <<<"${WALRELAY_TEST_CONNECT_HEAP:--Xms128m -Xmx512m}"
+	read -r -a jvm <<<"${WALRELAY_TEST_CONNECT_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
+	java="$(java_bin)"
+	spawn_service "$STATE" "$STATE/connect.out" "$PIDFILE" \
+		"$java" "${heap[@]}" "${jvm[@]}" -XX:+ExitOnOutOfMemoryError \
+		-XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="file:$LOG4J" -cp "$LIBS/*" \
+		org.apache.kafka.connect.cli.ConnectStandalone "$PROPS"
+	pid="$SERVICE_PID"
+	await_service "Connect REST on $REST" "$pid" "$START_TIMEOUT" "$STATE/connect.out $STATE/logs/connect.log" \
+		"$REST_PORT" answers
 	log "ready on $REST (pid $pid) in $((SECONDS - t0)) s"
 }
 
-cmd_stop() {
-	local pid
-	if ! pid="$(worker_pid)"; then
-		rm -f "$PIDFILE"
-		log "not running"
-		return
-	fi
-	log "stopping (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_pid_gone "$pid" 60; then
-		log "no exit after 60 s; SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
-	fi
-	rm -f "$PIDFILE"
-}
-
-cmd_status() {
-	local pid
-	if pid="$(worker_pid)"; then
-		echo "debezium (connect) running on $REST (pid $pid, state $STATE)"
-	else
-		echo "debezium (connect) not running (state $STATE)"
-		return 3
-	fi
-}
+cmd_stop() { stop_service "$PIDFILE" "$MARK" 60; }
+cmd_status() { service_status "debezium (connect)" "$REST" "$STATE" "$PIDFILE" "$MARK"; }
 
 cmd_env() {
 	emit_export WALRELAY_TEST_CONNECT "$REST"

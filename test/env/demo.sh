@@ -36,8 +36,7 @@ on_exit() {
 	local rc=$?
 	trap - EXIT INT TERM
 	if [ -n "$wpid" ] && pid_alive "$wpid"; then
-		kill -TERM "$wpid" 2>/dev/null || true
-		wait_pid_gone "$wpid" 30 || kill -KILL "$wpid" 2>/dev/null || true
+		terminate "$wpid" 30 || true
 	fi
 	if [ "${WALRELAY_DEMO_KEEP:-0}" = 1 ]; then
 		log "WALRELAY_DEMO_KEEP=1: Postgres and Kafka left running; make clean stops them"

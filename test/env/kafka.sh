@@ -206,16 +206,8 @@ format_storage() {
 	if secure_on; then : >"$SECURE/formatted"; fi
 }
 
-broker_pid() {
-	local pid
-	pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-	[ -n "$pid" ] && pid_alive "$pid" || return 1
-	# Guard against a recycled pid: it must be our broker with our config.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $PROPS" || return 1
-	printf '%s\n' "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# MARK: the broker's command line holds it (a recycled pid is not our broker).
+MARK="kafka.Kafka $PROPS"
 
 answers() {
 	if command -v kcat >/dev/null; then
@@ -230,27 +222,13 @@ answers() {
 }
 
 wait_ready() {
-	local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-	until answers; do
-		if ! pid_alive "$pid"; then
-			tail -n 40 "$STATE/kafka.out" "$STATE/logs/server.log" >&2 2>/dev/null || true
-			if grep -qs "Address already in use" "$STATE/kafka.out" "$STATE/logs/server.log"; then
-				log "sockets on 127.0.0.1:$KAFKA_PORT/$KAFKA_CONTROLLER_PORT:"
-				ss -tanp "( sport = :$KAFKA_PORT or sport = :$KAFKA_CONTROLLER_PORT )" >&2 2>/dev/null || true
-			fi
-			die "broker exited during startup (logs: $STATE/kafka.out, $STATE/logs/server.log)"
-		fi
-		if [ "$SECONDS" -ge "$deadline" ]; then
-			tail -n 40 "$STATE/logs/server.log" >&2 2>/dev/null || true
-			die "broker on $KAFKA_ADDR did not answer within ${START_TIMEOUT}s"
-		fi
-		sleep 0.3
-	done
+	await_service "broker on $KAFKA_ADDR" "$1" "$START_TIMEOUT" "$STATE/kafka.out $STATE/logs/server.log" \
+		"$KAFKA_PORT $KAFKA_CONTROLLER_PORT" answers
 }
 
 cmd_start() {
 	local pid t0=$SECONDS
-	if pid="$(broker_pid)"; then
+	if pid="$(service_pid "$PIDFILE" "$MARK")"; then
 		wait_ready "$pid"
 		log "already running on $KAFKA_ADDR (pid $pid)"
 		return
@@ -264,13 +242,7 @@ cmd_start() {
 			set_ports "$free"
 		fi
 	fi
-	local p deadline=$((SECONDS + 10))
-	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" $(secure_on && echo $((KAFKA_PORT + 2)) $((KAFKA_PORT + 3))); do
-		while port_open "$p"; do
-			[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$p is taken by another process"
-			sleep 0.2
-		done
-	done
+	wait_ports_free 10 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" $(secure_on && echo $((KAFKA_PORT + 2)) $((KAFKA_PORT + 3)))
 	ensure_state_dir "$WALRELAY_TEST_DIR"
 	mkdir -p "$STATE"
 	printf '%s\n' "$KAFKA_PORT" >"$KAFKA_PORT_FILE"
@@ -279,58 +251,16 @@ cmd_start() {
 	format_storage
 	register kafka
 	log "starting Kafka $KAFKA_VERSION on $KAFKA_ADDR (controller :$KAFKA_CONTROLLER_PORT)"
-	# Own session (setsid) so a Ctrl-C on the caller's terminal does not reach the broker before
-	# the caller's cleanup stops it; setsid would fork (and lose the pid) in a group leader.
-	(
-		jvm_cmd
-		pre=()
-		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
-		exec "${pre[@]}" "${JVM[@]}" kafka.Kafka "$PROPS"
-	) </dev/null >>"$STATE/kafka.out" 2>&1 &
-	pid=$!
-	printf '%s\n' "$pid" >"$PIDFILE"
+	jvm_cmd
+	spawn_service "$STATE" "$STATE/kafka.out" "$PIDFILE" "${JVM[@]}" kafka.Kafka "$PROPS"
+	pid="$SERVICE_PID"
 	wait_ready "$pid"
 	log "ready on $KAFKA_ADDR (pid $pid) in $((SECONDS - t0)) s"
 }
 
-cmd_stop() {
-	local pid
-	if ! pid="$(broker_pid)"; then
-		rm -f "$PIDFILE"
-		log "not running"
-		return
-	fi
-	log "stopping (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_pid_gone "$pid" 60; then
-		log "no exit after 60 s; SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
-	fi
-	rm -f "$PIDFILE"
-}
-
-cmd_kill() {
-	local pid
-	if ! pid="$(broker_pid)"; then
-		log "not running"
-		return
-	fi
-	log "SIGKILL (pid $pid)"
-	kill -KILL "$pid" 2>/dev/null || true
-	wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
-	rm -f "$PIDFILE"
-}
-
-cmd_status() {
-	local pid
-	if pid="$(broker_pid)"; then
-		echo "kafka running on $KAFKA_ADDR (pid $pid, state $STATE)"
-	else
-		echo "kafka not running (state $STATE)"
-		return 3
-	fi
-}
+cmd_stop() { stop_service "$PIDFILE" "$MARK" 60; }
+cmd_kill() { kill_service "$PIDFILE" "$MARK"; }
+cmd_status() { service_status kafka "$KAFKA_ADDR" "$STATE" "$PIDFILE" "$MARK"; }
 
 cmd_env() {
 	emit_export WALRELAY_TEST_KAFKA "$KAFKA_ADDR"

@@ -192,14 +192,9 @@ server_major() {
 }
 
 wait_ready() {
-	local deadline=$((SECONDS + ${1:-60}))
-	until "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres; do
-		if [ "$SECONDS" -ge "$deadline" ]; then
-			tail -n 30 "$PG_LOG" >&2 || true
-			die "postgres on 127.0.0.1:$PG_PORT not ready"
-		fi
-		sleep 0.2
-	done
+	wait_until "${1:-60}" "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres && return
+	tail -n 30 "$PG_LOG" >&2 || true
+	die "postgres on 127.0.0.1:$PG_PORT not ready"
 }
 
 cmd_start() {

@@ -168,16 +168,9 @@ EOF
 	)
 }
 
-registry_pid() {
-	local pid
-	pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-	[ -n "$pid" ] && pid_alive "$pid" || return 1
-	# Guard against a recycled pid: it must be our registry, started in our state dir.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-Dwalrelay.state=$STATE " || return 1
-	printf '%s\n' "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# MARK: the registry's command line holds it (a recycled pid is not our registry, nor is one
+# started in another state dir).
+MARK="-Dwalrelay.state=$STATE "
 
 # answers: the storage is ready (management health) and the ccompat API serves (any HTTP
 # answer: 401 with basic auth on).
@@ -188,9 +181,16 @@ answers() {
 	[ "$code" = 200 ] || [ "$code" = 401 ]
 }
 
+# ready PID: the registry answers and it is process PID that listens: another suite's registry
+# that took the port meanwhile answers too, while this one dies on the bind. Lines of
+# registry.out past MARK_LINE are this start's.
+ready() {
+	answers && pid_alive "$1" && tail -n "+$((MARK_LINE + 1))" "$STATE/registry.out" | grep -q "Listening on: $BASE\."
+}
+
 cmd_start() {
 	local pid t0=$SECONDS
-	if pid="$(registry_pid)"; then
+	if pid="$(service_pid "$PIDFILE" "$MARK")"; then
 		log "already running on $URL (pid $pid)"
 		return
 	fi
@@ -206,13 +206,7 @@ cmd_start() {
 			set_ports "$free"
 		fi
 	fi
-	local p deadline=$((SECONDS + 10))
-	for p in "$PORT" "$MGMT_PORT"; do
-		while port_open "$p"; do
-			[ "$SECONDS" -lt "$deadline" ] || die "port 127.0.0.1:$p is taken by another process"
-			sleep 0.2
-		done
-	done
+	wait_ports_free 10 "$PORT" "$MGMT_PORT"
 	ensure_state_dir "$WALRELAY_TEST_DIR"
 	mkdir -p "$STATE"
 	printf '%s\n' "$PORT" >"$PORT_FILE"
@@ -220,63 +214,22 @@ cmd_start() {
 	write_config
 	register schema-registry
 	log "starting Apicurio Registry $APICURIO_VERSION on $URL (management :$MGMT_PORT, $java)"
-	local mark=0
-	if [ -f "$STATE/registry.out" ]; then mark="$(wc -l <"$STATE/registry.out")"; fi
-	(
-		cd "$STATE"
-		read -r -a heap <<<"${WALRELAY_TEST_SCHEMA_REGISTRY_HEAP:--Xms64m -Xmx384m}"
-		pre=()
-		if [ "$(cut -d' ' -f5 "/proc/$BASHPID/stat")" != "$BASHPID" ]; then pre=(setsid); fi
-		# -Dwalrelay.state marks the process as this state dir's registry (registry_pid).
-		exec "${pre[@]}" "$java" "${heap[@]}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-			-XX:+ExitOnOutOfMemoryError -XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" \
-			-Djava.awt.headless=true -Dwalrelay.state="$STATE" -jar "$APP/quarkus-run.jar"
-	) </dev/null >>"$STATE/registry.out" 2>&1 &
-	pid=$!
-	printf '%s\n' "$pid" >"$PIDFILE"
-	deadline=$((SECONDS + START_TIMEOUT))
-	# Ready when the registry answers and it is this process that listens: another suite's
-	# registry that took the port meanwhile answers too, while this one dies on the bind.
-	until answers && pid_alive "$pid" && tail -n "+$((mark + 1))" "$STATE/registry.out" | grep -q "Listening on: $BASE\."; do
-		if ! pid_alive "$pid"; then
-			tail -n 40 "$STATE/registry.out" >&2 2>/dev/null || true
-			die "registry exited during startup (log: $STATE/registry.out)"
-		fi
-		if [ "$SECONDS" -ge "$deadline" ]; then
-			tail -n 40 "$STATE/registry.out" >&2 2>/dev/null || true
-			die "registry on $URL did not answer within ${START_TIMEOUT}s"
-		fi
-		sleep 0.2
-	done
+	MARK_LINE=0
+	if [ -f "$STATE/registry.out" ]; then MARK_LINE="$(wc -l <"$STATE/registry.out")"; fi
+	local heap
+	read -r -a heap <<<"${WALRELAY_TEST_SCHEMA_REGISTRY_HEAP:--Xms64m -Xmx384m}"
+	# Quarkus reads config/ below its working directory, the state dir. -Dwalrelay.state is MARK.
+	spawn_service "$STATE" "$STATE/registry.out" "$PIDFILE" \
+		"$java" "${heap[@]}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+		-XX:+ExitOnOutOfMemoryError -XX:-UsePerfData -Djava.io.tmpdir="$STATE/tmp" \
+		-Djava.awt.headless=true -Dwalrelay.state="$STATE" -jar "$APP/quarkus-run.jar"
+	pid="$SERVICE_PID"
+	await_service "registry on $URL" "$pid" "$START_TIMEOUT" "$STATE/registry.out" "$PORT $MGMT_PORT" ready "$pid"
 	log "ready on $URL (pid $pid) in $((SECONDS - t0)) s"
 }
 
-cmd_stop() {
-	local pid
-	if ! pid="$(registry_pid)"; then
-		rm -f "$PIDFILE"
-		log "not running"
-		return
-	fi
-	log "stopping (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_pid_gone "$pid" 30; then
-		log "no exit after 30 s; SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_pid_gone "$pid" 10 || die "pid $pid survives SIGKILL"
-	fi
-	rm -f "$PIDFILE"
-}
-
-cmd_status() {
-	local pid
-	if pid="$(registry_pid)"; then
-		echo "schema registry running on $URL (pid $pid, state $STATE)"
-	else
-		echo "schema registry not running (state $STATE)"
-		return 3
-	fi
-}
+cmd_stop() { stop_service "$PIDFILE" "$MARK" 30; }
+cmd_status() { service_status "schema registry" "$URL" "$STATE" "$PIDFILE" "$MARK"; }
 
 cmd_env() {
 	emit_export WALRELAY_TEST_SCHEMA_REGISTRY "$URL"
