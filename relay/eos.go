@@ -78,7 +78,7 @@ func (b *txnBatch) failure() error {
 // sessions); record callbacks run on franz-go's.
 type txnProducer struct {
 	sink        eosSink
-	m           *metrics
+	obs         Observer
 	log         *slog.Logger
 	topic       string // checkpoint topic
 	rf          int16
@@ -120,13 +120,13 @@ type txnProducer struct {
 	commitBefore pglogrepl.LSN // commit LSN of the transaction that needs a Kafka transaction of its own
 }
 
-func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metrics, log *slog.Logger) *txnProducer {
+func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, obs Observer, log *slog.Logger) *txnProducer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	x := opts.ExactlyOnce
 	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
 		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.trackerCap(),
-		produceCtx: produceCtx, timeout: opts.KafkaTimeout, wakeT: t, txnID: x.TransactionalID, m: m}
+		produceCtx: produceCtx, timeout: opts.KafkaTimeout, wakeT: t, txnID: x.TransactionalID, obs: obs}
 }
 
 // startSession (mode) reads the timeline's history from conn and starts a
@@ -492,8 +492,7 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	t.batch = nil
 	t.records, t.units = 0, 0
 	t.lastDur = min(time.Since(began), t.interval)
-	t.m.txns.WithLabelValues("committed").Inc()
-	t.m.txnCommitTime.Observe(time.Since(began).Seconds())
+	t.obs.TxnCommitted(time.Since(began))
 	b.mu.Lock()
 	pending := b.pending
 	b.pending = nil
@@ -532,7 +531,7 @@ func (t *txnProducer) finish(err error) error {
 	t.wakeT.Stop()
 	t.overdue = false
 	if t.skipped > 0 {
-		t.m.txnSkipped.Add(float64(t.skipped))
+		t.obs.EventsSkipped(t.skipped)
 		t.log.Info("exactly-once: skipped events already committed to kafka", "slot", t.slot, "events", t.skipped, "lsn", t.checkpoint.String())
 	}
 	var aerr error
@@ -545,7 +544,7 @@ func (t *txnProducer) finish(err error) error {
 			aerr = t.sink.EndTxn(ctx, false)
 			cancel()
 			if aerr == nil {
-				t.m.txns.WithLabelValues("aborted").Inc()
+				t.obs.TxnAborted()
 				aborted = true
 				break
 			}

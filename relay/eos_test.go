@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walrelay/walrelay/decoder"
@@ -184,6 +183,8 @@ func TestTxnProducerAcksAtCommit(t *testing.T) {
 func TestTxnProducerIdleCommit(t *testing.T) {
 	f := &fakeTxnSink{}
 	tp := newTestTxnProducer(f, 1000)
+	reg := prometheus.NewRegistry()
+	tp.obs = newMetrics(reg, "s")
 	ctx := context.Background()
 	if tp.ready() || tp.wake() != nil {
 		t.Fatal("idle commit allowed, or a wake-up, without an open transaction")
@@ -195,9 +196,8 @@ func TestTxnProducerIdleCommit(t *testing.T) {
 	if err := tp.idle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var committed dto.Metric
-	if err := tp.m.txns.WithLabelValues("committed").Write(&committed); err != nil || committed.GetCounter().GetValue() != 1 {
-		t.Fatalf("walrelay_txn_total{outcome=committed} = %v (%v), want 1", committed.GetCounter().GetValue(), err)
+	if got := gather(t, reg)["walrelay_txn_total{outcome=committed}"]; got != 1 {
+		t.Fatalf("walrelay_txn_total{outcome=committed} = %v, want 1", got)
 	}
 	tp.lastDur = 50 * time.Millisecond // as if the commit took 50 ms
 	tp.Send(ctx, sink.Record{}, func(error) {})

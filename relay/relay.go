@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walrelay/walrelay/checkpoint"
@@ -48,16 +46,11 @@ func Run(ctx context.Context, opts Options) error {
 		return &OptionError{Option: "Decoder", Err: err}
 	}
 	log, slot := opts.Logger, opts.Replication.Slot
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, slot)
+	obs := opts.observer()
 
-	tracing, err := startTracing(ctx, opts.TracerProvider, os.Getenv, log)
-	if err != nil {
-		return err
-	}
-	defer tracing.shutdown() // after the sink's Close: the spans of failed records are ended by then
-	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }),
-		tracing.sinkOption()}
+	sopts := []sink.Option{sink.WithLogger(log), sink.WithOnReservedHeader(obs.ReservedHeaderDropped),
+		sink.WithTracerProvider(opts.TracerProvider)}
+	sopts = append(sopts, opts.SinkOptions...)
 	if opts.ExactlyOnce != nil {
 		sopts = append(sopts, sink.WithTransactionalID(opts.ExactlyOnce.TransactionalID))
 	}
@@ -88,12 +81,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, opts.PProf, log)
-	if err != nil {
-		return &OptionError{Option: "MetricsAddr", Err: err}
-	}
-	defer stopHTTP()
-	stopSpan := startSpanPoll(ctx, opts, reg)
+	stopSpan := startSpanPoll(ctx, opts, obs)
 	defer stopSpan()
 
 	if err := checkSlotHistory(ctx, opts, snk); err != nil {
@@ -114,7 +102,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	cur := newTrackerRef(tr)
-	registerPosition(reg, cur, &walEnd)
+	obs.Positions(cur.Watermark, cur.InFlight, func() pglogrepl.LSN { return pglogrepl.LSN(walEnd.Load()) })
 	if conn.Created {
 		log.Info("created replication slot", "slot", slot, "lsn", conn.Start.String())
 	}
@@ -128,7 +116,7 @@ func Run(ctx context.Context, opts Options) error {
 	rcfg.SlotMustExist = true
 	// The slot poll starts once the slot is known to exist: before, a
 	// Postgres that cannot be reached would first show as stale metrics.
-	stopPoll := startSlotPoll(ctx, opts, m)
+	stopPoll := startSlotPoll(ctx, opts, obs)
 	defer stopPoll()
 
 	hbCtx, stopHB := context.WithCancel(ctx)
@@ -145,7 +133,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	if opts.HeartbeatInterval > 0 && hbDSN != "" {
-		go heartbeat(hbCtx, hbDSN, opts.Replication.PasswordSource, opts.HeartbeatInterval, m, log)
+		go heartbeat(hbCtx, hbDSN, opts.Replication.PasswordSource, opts.HeartbeatInterval, obs, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are
@@ -155,12 +143,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
-	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
-		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, m, log),
+	r := &runner{opts: opts, rcfg: rcfg, log: log, obs: obs, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
+		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: newStandby(opts.StandbyRetryInterval, slot, obs, log),
 		cur: cur, system: conn.System, confirmed: conn.Start}
 	r.mode = &atLeastOnce{producer: snk, r: r}
 	if opts.ExactlyOnce != nil {
-		r.mode = newTxnProducer(opts, snk, produceCtx, m, log)
+		r.mode = newTxnProducer(opts, snk, produceCtx, obs, log)
 	}
 	return r.loop(ctx, conn)
 }
@@ -174,7 +162,7 @@ func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
 		start := time.Now()
 		err := r.session(ctx, conn)
 		streamed := r.ready.Swap(false)
-		r.m.ready.Set(0)
+		r.obs.Streaming(false)
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -249,7 +237,7 @@ type runner struct {
 	opts          Options
 	rcfg          replication.Config // for reconnects: never creates the slot
 	log           *slog.Logger
-	m             *metrics
+	obs           Observer
 	sink          *sink.Sink
 	tr            *checkpoint.Tracker
 	produceCtx    context.Context
@@ -290,10 +278,10 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	st := conn.NewStream(position{tr: r.tr, sink: r.sink, stopped: &stopped},
 		replication.WithLogger(r.log), replication.WithOnStart(func() {
 			r.ready.Store(true)
-			r.m.ready.Set(1)
+			r.obs.Streaming(true)
 			r.sb.streaming()
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, d: sess.delivery, onPoison: r.opts.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
+	p := &pipeline{dec: dec, tr: r.tr, d: sess.delivery, onPoison: r.opts.OnPoison, log: r.log, obs: r.obs, produceCtx: r.produceCtx,
 		walEnd: r.walEnd, failed: sess.failed, fail: sess.fail}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

@@ -32,7 +32,6 @@ var optionKeys = map[string][]string{
 	"KafkaTimeout":               {"kafka-timeout"},
 	"HeartbeatInterval":          {"heartbeat-interval"},
 	"SlotMetricsInterval":        {"slot-metrics-interval"},
-	"MetricsAddr":                {"metrics-addr"},
 	"Decoder":                    {"table"},
 	"ExactlyOnce":                {"transactional-id", "checkpoint-topic"},
 	"ExactlyOnce.CommitInterval": {"txn-commit-interval"},

@@ -34,7 +34,6 @@ func TestOptionErrorKeys(t *testing.T) {
 		{"ExactlyOnce", []string{"transactional-id", "checkpoint-topic"}},
 		{"ExactlyOnce.CommitInterval", []string{"txn-commit-interval"}},
 		{"ExactlyOnce.MaxRecords", []string{"txn-max-records"}},
-		{"MetricsAddr", []string{"metrics-addr"}},
 		{"Decoder", []string{"table"}},
 	} {
 		if got := settingKeys(&OptionError{Option: tc.option, Err: errors.New("bad")}); !slices.Equal(got, tc.want) {

@@ -63,7 +63,6 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 	// Another slot name has no checkpoint: a first start.
 	other := opts
 	other.Replication.Slot = "slotguard_other"
-	other.MetricsAddr = ""
 	t.Cleanup(func() {
 		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotguard_other' AND NOT active")
 	})

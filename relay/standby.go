@@ -24,15 +24,15 @@ import (
 type standby struct {
 	interval time.Duration
 	slot     string
-	m        *metrics
+	obs      Observer
 	log      *slog.Logger
 
 	mu    sync.Mutex
 	since time.Time // start of the current standby period; zero when not standing by
 }
 
-func newStandby(interval time.Duration, slot string, m *metrics, log *slog.Logger) *standby {
-	return &standby{interval: interval, slot: slot, m: m, log: log}
+func newStandby(interval time.Duration, slot string, obs Observer, log *slog.Logger) *standby {
+	return &standby{interval: interval, slot: slot, obs: obs, log: log}
 }
 
 // after is called when a session ended with the retryable err. It sets the
@@ -44,18 +44,18 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 	if errors.Is(err, replication.ErrSlotInUse) {
 		if s.since.IsZero() {
 			s.since = time.Now()
-			s.m.reconnects.WithLabelValues("slot_in_use").Inc()
+			s.obs.Reconnecting(ReconnectSlotInUse)
 			s.log.Warn("replication slot is in use by another process; standing by (readiness false) and trying it again at a fixed interval until it is free",
 				"slot", s.slot, "error", err, "retry_interval", s.interval.String())
 		} else {
 			s.log.Debug("replication slot still in use; standing by", "slot", s.slot, "error", err)
 		}
-		s.m.setRole(roleStandby)
+		s.obs.Role(RoleStandby)
 		return retry.Jitter(s.interval), true
 	}
 	s.since = time.Time{}
-	s.m.setRole("")
-	s.m.reconnects.WithLabelValues("connection").Inc()
+	s.obs.Role("")
+	s.obs.Reconnecting(ReconnectConnection)
 	s.log.Warn("replication stream lost; reconnecting", "slot", s.slot, "error", err, "retry_in", backoff.String())
 	return backoff, false
 }
@@ -65,7 +65,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 func (s *standby) streaming() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.setRole(roleActive)
+	s.obs.Role(RoleActive)
 	if !s.since.IsZero() {
 		s.log.Info("took over the replication slot; active", "slot", s.slot, "standby_for", time.Since(s.since).Round(time.Millisecond).String())
 		s.since = time.Time{}

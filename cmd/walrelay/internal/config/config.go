@@ -442,7 +442,15 @@ func OperatorError(oe *operator.OptionError) *Error { return keyedError(oe, oe.O
 
 // optionKeys are the configuration keys of the runtime's options whose
 // names are not the key.
-var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
+var optionKeys = map[string]string{"Decoder": "table"}
+
+// MetricsAddrError is the *Error of a metrics address that cannot be
+// listened on.
+func MetricsAddrError(err error) *Error { return &Error{Key: "metrics-addr", Err: err} }
+
+// EnvError is the *Error of an environment variable read outside the
+// settings (OTEL_*) whose value cannot be used.
+func EnvError(name string, err error) *Error { return &Error{Key: name, Err: err} }
 
 func columnPreset(name string) (decoder.Columns, error) {
 	switch name {
@@ -472,8 +480,6 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		StandbyRetryInterval: c.StandbyRetryInterval,
 		ShutdownTimeout:      c.ShutdownTimeout,
 		KafkaTimeout:         c.KafkaTimeout,
-		MetricsAddr:          c.MetricsAddr,
-		PProf:                c.PProf,
 		Logger:               log,
 	}
 	c.SafetyNet.apply(&o)

@@ -1,4 +1,4 @@
-package relay
+package relayprom
 
 import (
 	"context"
@@ -7,16 +7,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr ("" disables). It
-// logs the bound address (useful with port 0) and returns a stop function.
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPProf bool, log *slog.Logger) (func(), error) {
+// Serve serves /metrics (reg), /healthz and /readyz (m.Ready) on addr (""
+// serves nothing), and Go's profiles under /debug/pprof/ when withPProf. It
+// logs the bound address (useful with port 0) and returns the function that
+// stops the server; the error is the listener's (the address is taken or
+// invalid).
+func Serve(addr string, reg *prometheus.Registry, m *Metrics, withPProf bool, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -30,7 +32,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, withPP
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
+		if !m.Ready() {
 			http.Error(w, "not streaming (connecting, reconnecting or standing by)", http.StatusServiceUnavailable)
 			return
 		}
