@@ -105,8 +105,8 @@ func (e *ReplayTimeColumnError) Error() string {
 	return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; name its timestamp column", e.Column, e.Table, e.Type)
 }
 
-// SettingKeys names the setting that chooses the time column.
-func (e *ReplayTimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+// Fields names the field that chooses the time column.
+func (e *ReplayTimeColumnError) Fields() []string { return []string{"operator.TimeColumn"} }
 
 func (t *outboxTable) ident(col string) string { return pgx.Identifier{col}.Sanitize() }
 

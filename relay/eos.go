@@ -356,8 +356,8 @@ func (t *txnProducer) reserve() error {
 		t.commitBefore = t.curCommit
 		return &eosRestartError{fmt.Errorf("the Postgres transaction with commit %s does not fit beside the earlier ones in the open kafka transaction; it gets one of its own", t.curCommit)}
 	}
-	return &settingsError{fmt.Errorf("exactly-once: a Postgres transaction (commit %s) has more than %d events, the most one Kafka transaction can hold (the in-flight cap plus twice the exactly-once transaction size, less 3); raise the exactly-once transaction size or the in-flight cap",
-		t.curCommit, t.maxTxnEvents()), []string{"txn-max-records", "max-in-flight"}}
+	return &fieldsError{fmt.Errorf("exactly-once: a Postgres transaction (commit %s) has more than %d events, the most one Kafka transaction can hold (the in-flight cap plus twice the exactly-once transaction size, less 3); raise the exactly-once transaction size or the in-flight cap",
+		t.curCommit, t.maxTxnEvents()), []string{"relay.Options.ExactlyOnce.MaxRecords", "relay.Options.MaxInFlight"}}
 }
 
 // Prepare, PrepareDeadLetter and Topic are the sink's.

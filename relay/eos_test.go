@@ -326,8 +326,8 @@ func TestTxnProducerReserve(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error for a transaction larger than max-in-flight")
 	}
-	if keys := settingKeys(err); !slices.Equal(keys, []string{"txn-max-records", "max-in-flight"}) || !strings.Contains(err.Error(), "raise the exactly-once transaction size") {
-		t.Errorf("%v: SettingKeys() = %q, want the transaction size and the in-flight cap", err, keys)
+	if fields := fieldsOf(err); !slices.Equal(fields, []string{"relay.Options.ExactlyOnce.MaxRecords", "relay.Options.MaxInFlight"}) || !strings.Contains(err.Error(), "raise the exactly-once transaction size") {
+		t.Errorf("%v: Fields() = %q, want the transaction size and the in-flight cap", err, fields)
 	}
 }
 

@@ -2,14 +2,14 @@ package relay
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/internal/gosrc"
 )
 
 // cliText is what only the command may say: a flag (--name) or one of its
@@ -19,7 +19,7 @@ var cliText = regexp.MustCompile(`--[A-Za-z]|WALRELAY_`)
 // TestLibrariesNameNoFlags: the libraries (replication, sink, decoder,
 // checkpoint and this runtime) are used without walrelay's command line too,
 // by a program that embeds relay.Run, so their errors and log lines say what
-// to change in words and carry the settings as data (SettingKeys); only
+// to change in words and carry the fields as data (Fields); only
 // cmd/walrelay names flags and environment variables. This walks every Go
 // file of those directories, tests excluded, and fails on any string
 // literal with a flag or an environment variable of the command in it.
@@ -48,7 +48,7 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 				return true
 			}
 			if m := cliText.FindString(s); m != "" {
-				t.Errorf("%s: %q names the command line (%s...): say it in words, and give the setting key as data (SettingKeys)",
+				t.Errorf("%s: %q names the command line (%s...): say it in words, and give the field as data (Fields)",
 					fset.Position(lit.Pos()), s, m)
 			}
 			return true
@@ -70,22 +70,7 @@ var libraryDirs = []string{"../replication", "../sink", "../decoder", "../checkp
 // walkGo parses every Go file under dirs, tests excluded, and hands it to fn.
 func walkGo(t *testing.T, fset *token.FileSet, dirs []string, fn func(*ast.File)) {
 	t.Helper()
-	for _, dir := range dirs {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			fn(f)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	gosrc.Walk(t, fset, dirs, func(_ string, f *ast.File) { fn(f) })
 }
 
 // stringElts returns the string literals among the elements of a []string
@@ -112,10 +97,11 @@ func isIdent(e ast.Expr, name string) bool {
 	return ok && id.Name == name
 }
 
-// TestSettingKeysAreSettings: every setting key the libraries hand over as
-// data (a Settings field, a settingsError, optionKeys, a []string returned by
-// a SettingKeys or settingKeys function) is a key of walrelay's
-// configuration. The keys are the string literals of
+// TestSettingKeysAreSettings: every setting key the sink still hands over
+// as data (a Settings field, a []string returned by a SettingKeys or
+// settingKeys function) is a key of walrelay's configuration. The other
+// libraries name their own fields instead (cmd/walrelay/internal/config's
+// TestFieldKeysAreSettings checks those). The keys are the string literals of
 // cmd/walrelay/internal/config, however it declares them: a misspelt key is
 // caught, a renamed one when its old name is gone from there.
 func TestSettingKeysAreSettings(t *testing.T) {

@@ -70,7 +70,7 @@ func Run(ctx context.Context, opts Options) error {
 		if errors.As(err, &se) { // its message names the setting to fix
 			return err
 		}
-		return &settingsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"kafka-brokers"}}
+		return &fieldsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"sink.Config.Brokers"}}
 	}
 	if err := registerSchemas(ctx, snk); err != nil {
 		if ctx.Err() != nil {
@@ -129,7 +129,7 @@ func Run(ctx context.Context, opts Options) error {
 			// would leave the slot behind.
 			hbDSN = ""
 			log.Warn("walrelay decodes on a standby and has no heartbeat DSN for the primary: heartbeats are off, so the slot stays behind while the primary is idle; set the heartbeat Postgres DSN to the primary",
-				"slot", slot, "setting", "heartbeat-postgres-dsn")
+				"slot", slot, "option", "HeartbeatDSN")
 		}
 	}
 	if opts.HeartbeatInterval > 0 && hbDSN != "" {
@@ -317,7 +317,7 @@ func registerSchemas(ctx context.Context, snk *sink.Sink) error {
 	case err == nil:
 		return nil
 	case sink.IsRetryable(err):
-		return &settingsError{fmt.Errorf("%w (check the schema registry URL setting and that the registry is up)", err), []string{"schema-registry-url"}}
+		return &fieldsError{fmt.Errorf("%w (check the schema registry URL setting and that the registry is up)", err), []string{"schema.Config.URLs"}}
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return oneLine{j.Unwrap()}

@@ -53,8 +53,8 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
-	if keys := lost.SettingKeys(); len(keys) != 2 || keys[1] != "accept-slot-loss" {
-		t.Errorf("setting keys %v, want slot and accept-slot-loss", keys)
+	if fields := lost.Fields(); len(fields) != 2 || fields[1] != "relay.Options.AcceptSlotLoss" {
+		t.Errorf("fields %v, want the slot and relay.Options.AcceptSlotLoss", fields)
 	}
 	if n := slots(); n != 0 {
 		t.Fatalf("%d slots after the refusal, want none", n)

@@ -75,16 +75,16 @@ const recoverAdvice = "Recover with a replay since the last delivered event, whi
 
 func (e *SlotLostError) Unwrap() error { return e.Err }
 
-// SettingKeys: a failover needs failover slots; a slot found missing at
-// start is created only when the loss is accepted.
-func (e *SlotLostError) SettingKeys() []string {
+// Fields: a failover needs failover slots; a slot found missing at start
+// is created only when the loss is accepted.
+func (e *SlotLostError) Fields() []string {
 	if e.Checkpoint {
-		return []string{"slot", "accept-slot-loss"}
+		return []string{"replication.Config.Slot", "relay.Options.AcceptSlotLoss"}
 	}
 	if e.Failover {
-		return []string{"slot-failover"}
+		return []string{"replication.Config.SlotFailover"}
 	}
-	return []string{"slot"}
+	return []string{"replication.Config.Slot"}
 }
 
 // slotLost returns the SlotLostError of err when err says the slot is gone,

@@ -49,7 +49,7 @@ func (c *Conn) primaryFailoverWarnings(ctx context.Context) ([]string, error) {
 func CheckStandbys(ctx context.Context, dsn, slot string, src PasswordSource) ([]FailoverCheck, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
+		return nil, &SettingError{Setting: "DSN", Err: err}
 	}
 	hosts := append([]*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}, pc.Fallbacks...)
 	var out []FailoverCheck

@@ -427,22 +427,12 @@ func SinkError(err error) error {
 }
 
 // OptionError returns oe, a *relay.OptionError, as an *Error naming the
-// settings: those oe names (SettingKeys), else the key of its Options field.
-func OptionError(oe *relay.OptionError) *Error {
-	key, ok := optionKeys[oe.Option]
-	if !ok {
-		key = oe.Option
-	}
-	return keyedError(oe, key, oe.Err)
-}
+// settings behind the fields oe names (fieldKeys), else the field.
+func OptionError(oe *relay.OptionError) *Error { return keyedError(oe, oe.Option, oe.Err) }
 
 // OperatorError returns oe, an *operator.OptionError, as an *Error naming
-// the settings oe names (SettingKeys), else the field it names.
+// the settings behind the fields oe names (fieldKeys), else the field.
 func OperatorError(oe *operator.OptionError) *Error { return keyedError(oe, oe.Option, oe.Err) }
-
-// optionKeys are the configuration keys of the runtime's options whose
-// names are not the key.
-var optionKeys = map[string]string{"Decoder": "table"}
 
 // MetricsAddrError is the *Error of a metrics address that cannot be
 // listened on.

@@ -1,0 +1,92 @@
+package config
+
+// The libraries (replication, decoder, sink, checkpoint, relay, operator)
+// are used by programs that embed walrelay too, so their errors name their
+// own fields, as "package.Type.Field" (replication.Config.DSN,
+// relay.Options.MaxInFlight), through
+//
+//	interface{ Fields() []string }
+//
+// the main one first. This file is where those names meet the command's:
+// fieldKeys maps each field to the settings that set it, and keysOf renders
+// an error's fields as setting keys (flags, WALRELAY_ variables and --config
+// keys derive from a key). TestLibrariesHoldNoSettingNames keeps the
+// command's names out of the libraries; TestFieldKeysAreSettings keeps this
+// map's keys real.
+
+// fielder is a library error that names the library's fields it concerns.
+type fielder interface {
+	Fields() []string
+}
+
+// fieldKeys are the settings behind the libraries' fields, the main one
+// first.
+var fieldKeys = map[string][]string{
+	// replication
+	"replication.Config.DSN":            {"postgres-dsn"},
+	"replication.Config.Slot":           {"slot"},
+	"replication.Config.Publication":    {"publication"},
+	"replication.Config.Tables":         {"table"},
+	"replication.Config.StatusInterval": {"status-interval"},
+	"replication.Config.NoCreateSlot":   {"create-slot"},
+	"replication.Config.SlotFailover":   {"slot-failover"},
+	"replication.Config.PasswordSource": {"postgres-password-file"},
+
+	// sink
+	"sink.Config.Brokers": {"kafka-brokers"},
+	"schema.Config.URLs":  {"schema-registry-url"},
+
+	// relay
+	"relay.Options.Decoder":                    {"table"},
+	"relay.Options.MaxInFlight":                {"max-in-flight"},
+	"relay.Options.OnPoison":                   {"on-poison"},
+	"relay.Options.StandbyRetryInterval":       {"standby-retry-interval"},
+	"relay.Options.ShutdownTimeout":            {"shutdown-timeout"},
+	"relay.Options.KafkaTimeout":               {"kafka-timeout"},
+	"relay.Options.HeartbeatInterval":          {"heartbeat-interval"},
+	"relay.Options.HeartbeatDSN":               {"heartbeat-postgres-dsn"},
+	"relay.Options.SlotMetricsInterval":        {"slot-metrics-interval"},
+	"relay.Options.AcceptSlotLoss":             {"accept-slot-loss"},
+	"relay.Options.ExactlyOnce":                {"transactional-id", "checkpoint-topic"},
+	"relay.Options.ExactlyOnce.CommitInterval": {"txn-commit-interval"},
+	"relay.Options.ExactlyOnce.MaxRecords":     {"txn-max-records"},
+	"relay.Options.OutboxSpan":                 {"outbox-span-interval", "outbox-retention-target"},
+	"relay.Options.OutboxSpan.TimeColumn":      {"created-at-column"},
+
+	// operator (the field of the tool's options type)
+	"operator.DSN":             {"postgres-dsn"},
+	"operator.Table":           {"table"},
+	"operator.Decoder":         {"table"},
+	"operator.MaxInFlight":     {"max-in-flight"},
+	"operator.ShutdownTimeout": {"shutdown-timeout"},
+	"operator.KafkaTimeout":    {"kafka-timeout"},
+	"operator.ExactlyOnce":     {"transactional-id", "txn-commit-interval", "txn-max-records"},
+	"operator.Rate":            {"rate"},
+	"operator.Selection":       {"since", "until"},
+	"operator.TimeColumn":      {"created-at-column"},
+	"operator.Margin":          {"recovery-margin"},
+	"operator.RecoveryMargin":  {"recovery-margin"},
+	"operator.OlderThan":       {"older-than"},
+	"operator.BatchSize":       {"batch-size"},
+}
+
+// keysOf returns the setting keys e itself names (not those of what it
+// wraps): an *Error's, or a library error's fields as keys (a field no
+// setting sets is named as it is). nil when e names none.
+func keysOf(e error) []string {
+	switch k := e.(type) {
+	case fielder:
+		var keys []string
+		for _, f := range k.Fields() {
+			if ks, ok := fieldKeys[f]; ok {
+				keys = append(keys, ks...)
+			} else {
+				keys = append(keys, f)
+			}
+		}
+		return keys
+	case settingKeyer:
+		return k.SettingKeys()
+	}
+	return nil
+}
