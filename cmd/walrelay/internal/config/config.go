@@ -395,14 +395,6 @@ func (c Config) validateSink() error {
 	return nil
 }
 
-// sinkKeys are the keys of the sink's settings whose names differ from
-// kafka-<setting>.
-var sinkKeys = map[string]string{
-	"compression": "compression", "topic": "topic", "table-topics": "tables", "dlq-topic": "dlq-topic",
-	"batching": "batching", "linger": "linger", "batch-max-bytes": "batch-max-bytes", "max-buffered": "max-buffered-bytes",
-	"topic-partitions": "topic-partitions", "topic-lookup": "kafka-timeout",
-}
-
 // SinkError returns err, a *sink.SettingError or *schema.SettingError from
 // the sink's Validate or New (a TLS or secret file that cannot be read, a
 // schema file that does not parse), as an *Error naming the settings; other
@@ -415,15 +407,7 @@ func SinkError(err error) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	key, ok := sinkKeys[se.Setting]
-	switch {
-	case ok:
-	case strings.HasPrefix(se.Setting, "sasl-"):
-		key = se.Setting
-	default:
-		key = "kafka-" + se.Setting
-	}
-	return keyedError(se, key, se.Err)
+	return keyedError(se, se.Setting, se.Err)
 }
 
 // OptionError returns oe, a *relay.OptionError, as an *Error naming the

@@ -20,9 +20,14 @@ var libraryDirs = []string{"../../../../replication", "../../../../decoder", "..
 // errors carry setting keys: SettingKeys). The test fails when one of them
 // no longer does: take it off the list.
 var notYet = map[string]bool{
-	"../../../../sink/security.go": true, "../../../../sink/sink.go": true, "../../../../sink/schema/config.go": true,
+	"../../../../sink/schema/config.go": true,
 	"../../../../sink/schema/errors.go": true, "../../../../sink/schema/registry.go": true, "../../../../sink/schema/encoder.go": true,
 }
+
+// notSettings are literals that are a setting's name and also something
+// else the libraries must spell: sink.HeaderContentType, the CloudEvents
+// header that the setting content-type sets.
+var notSettings = map[string]bool{"content-type": true}
 
 // TestLibrariesHoldNoSettingNames: the command owns its setting names. The
 // libraries' non-test Go files hold none of them (KnownKeys: the keys of
@@ -51,7 +56,7 @@ func TestLibrariesHoldNoSettingNames(t *testing.T) {
 	walkLibraries(t, fset, func(path, _ string, f *ast.File) {
 		walked++
 		gosrc.Strings(f, func(lit *ast.BasicLit, s string) {
-			if m := named.FindStringSubmatch(s); m != nil {
+			if m := named.FindStringSubmatch(s); m != nil && !notSettings[s] {
 				naming[path] = true
 				if !notYet[path] {
 					t.Errorf("%s: %q names the setting %s", fset.Position(lit.Pos()), s, m[2])
