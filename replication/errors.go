@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/fieldref"
 )
 
 // ErrSlotInUse reports that another process streams from the slot.
@@ -69,13 +71,7 @@ func (e *PrereqError) Unwrap() error { return e.Err }
 func (e *PrereqError) Fields() []string { return configFields(e.Config...) }
 
 // configFields returns the fields of Config as replication.Config.<field>.
-func configFields(names ...string) []string {
-	fields := make([]string, len(names))
-	for i, n := range names {
-		fields[i] = "replication.Config." + n
-	}
-	return fields
-}
+func configFields(names ...string) []string { return fieldref.Of("replication.Config", names...) }
 
 // IsRetryable reports whether err is a known transient failure worth a
 // reconnect with backoff: a lost or refused connection (network errors, EOF,

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/walrelay/walrelay/cloudauth"
+	"github.com/walrelay/walrelay/internal/fieldref"
 	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
@@ -128,13 +129,7 @@ func (e *SettingError) Fields() []string {
 }
 
 // configFields returns the fields of Config as sink.Config.<field>.
-func configFields(names ...string) []string {
-	fields := make([]string, len(names))
-	for i, n := range names {
-		fields[i] = "sink.Config." + n
-	}
-	return fields
-}
+func configFields(names ...string) []string { return fieldref.Of("sink.Config", names...) }
 
 func settingErr(setting, format string, a ...any) error {
 	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}

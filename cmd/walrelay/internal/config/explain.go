@@ -6,9 +6,9 @@ import (
 )
 
 // settingKeyer is an error that names the settings it concerns by key, first
-// the main one: the command's own *Error, and the sink's errors (which
-// still name settings by key; the other libraries name their fields,
-// fields.go). The command renders keys as flags, variables and file keys.
+// the main one: the command's own *Error (the libraries name their fields
+// instead, fields.go). The command renders keys as flags, variables and
+// file keys.
 type settingKeyer interface {
 	SettingKeys() []string
 }

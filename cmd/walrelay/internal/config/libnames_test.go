@@ -16,14 +16,6 @@ import (
 var libraryDirs = []string{"../../../../replication", "../../../../decoder", "../../../../sink",
 	"../../../../checkpoint", "../../../../relay", "../../../../operator"}
 
-// notYet are the library files that still name settings (the sink's, whose
-// errors carry setting keys: SettingKeys). The test fails when one of them
-// no longer does: take it off the list.
-var notYet = map[string]bool{
-	"../../../../sink/schema/config.go": true,
-	"../../../../sink/schema/errors.go": true, "../../../../sink/schema/registry.go": true, "../../../../sink/schema/encoder.go": true,
-}
-
 // notSettings are literals that are a setting's name and also something
 // else the libraries must spell: sink.HeaderContentType, the CloudEvents
 // header that the setting content-type sets.
@@ -52,37 +44,35 @@ func TestLibrariesHoldNoSettingNames(t *testing.T) {
 	named := regexp.MustCompile(`(^|[^a-z0-9-])(` + strings.Join(multi, "|") + `)($|[^a-z0-9-])`)
 	fset := token.NewFileSet()
 	walked := 0
-	naming := map[string]bool{}
 	walkLibraries(t, fset, func(path, _ string, f *ast.File) {
 		walked++
 		gosrc.Strings(f, func(lit *ast.BasicLit, s string) {
 			if m := named.FindStringSubmatch(s); m != nil && !notSettings[s] {
-				naming[path] = true
-				if !notYet[path] {
-					t.Errorf("%s: %q names the setting %s", fset.Position(lit.Pos()), s, m[2])
-				}
+				t.Errorf("%s: %q names the setting %s", fset.Position(lit.Pos()), s, m[2])
 			}
 		})
 	})
 	if walked < 80 {
 		t.Fatalf("walked %d files: did the libraries move?", walked)
 	}
-	for path := range notYet {
-		if !naming[path] {
-			t.Errorf("%s names no setting any more: take it off notYet", path)
-		}
-	}
 }
 
-// fieldRef is a field as the libraries' errors name it (fields.go).
-var fieldRef = regexp.MustCompile(`^(replication|sink|schema|relay|operator)\.[A-Z][A-Za-z.]*[A-Za-z]$`)
+// configOf is the prefix of the Config fields a package's errors name
+// without it.
+var configOf = map[string]string{"replication": "replication.Config.", "sink": "sink.Config.", "schema": "schema.Config."}
+
+// fieldRef is a field as the libraries' errors name it (fields.go): a type
+// and at least one field ("sink.Config" alone is the type).
+var fieldRef = regexp.MustCompile(`^(replication|sink|schema|relay|operator)\.[A-Z][A-Za-z]*(\.[A-Z][A-Za-z]*)+$`)
 
 // TestFieldKeysAreSettings: every field the libraries' errors name is in
 // fieldKeys, and every key there is a setting of some command. The fields
 // are the libraries' string literals that look like one
 // ("sink.Config.Brokers"), and those their errors prefix: an OptionError's
-// Option (relay.Options., operator.), a replication SettingError's Setting
-// and a PrereqError's Config (replication.Config.).
+// Option (relay.Options., operator.); a SettingError's Setting and Related,
+// a PrereqError's and a SecurityError's Config, settingErr's first and
+// keyed's further arguments (replication.Config., sink.Config.,
+// schema.Config.).
 func TestFieldKeysAreSettings(t *testing.T) {
 	known := map[string]bool{}
 	for _, k := range KnownKeys() {
@@ -131,14 +121,40 @@ func TestFieldKeysAreSettings(t *testing.T) {
 							add("replication.Config.", el)
 						}
 					}
-				case id.Name == "PrereqError" && pkg == "replication":
+				case (id.Name == "PrereqError" && pkg == "replication") || ((id.Name == "SettingError" || id.Name == "SecurityError") && configOf[pkg] != ""):
+					prefix := configOf[pkg]
 					for _, el := range n.Elts {
-						if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "Config") {
+						kv, ok := el.(*ast.KeyValueExpr)
+						switch {
+						case !ok:
+						case isIdent(kv.Key, "Setting"):
+							add(prefix, kv.Value)
+						case isIdent(kv.Key, "Config") || isIdent(kv.Key, "Related"):
 							if cl, ok := kv.Value.(*ast.CompositeLit); ok {
 								for _, v := range cl.Elts {
-									add("replication.Config.", v)
+									add(prefix, v)
 								}
 							}
+						}
+					}
+				}
+			case *ast.CallExpr:
+				// settingErr(field, ...) and keyed(err, fields...) of the
+				// sink and the schema registry.
+				switch prefix := configOf[pkg]; {
+				case prefix == "" || pkg == "replication":
+				case isIdent(n.Fun, "settingErr") && len(n.Args) > 0:
+					add(prefix, n.Args[0])
+				case isIdent(n.Fun, "keyed"):
+					for _, a := range n.Args[1:] {
+						add(prefix, a)
+					}
+				}
+			case *ast.ValueSpec:
+				if len(n.Names) == 1 && n.Names[0].Name == "credentialFields" && len(n.Values) == 1 {
+					if cl, ok := n.Values[0].(*ast.CompositeLit); ok {
+						for _, v := range cl.Elts {
+							add(configOf[pkg], v)
 						}
 					}
 				}
