@@ -114,8 +114,8 @@ func (e *ReplayTimeColumnError) Error() string {
 	return (&replication.TimeColumnError{Table: e.Table, Column: e.Column, Type: e.Type}).Error()
 }
 
-// SettingKeys names the setting that chooses the time column.
-func (e *ReplayTimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+// Fields names the field that chooses the time column.
+func (e *ReplayTimeColumnError) Fields() []string { return []string{"operator.TimeColumn"} }
 
 func (t *outboxTable) ident(col string) string { return pgx.Identifier{col}.Sanitize() }
 

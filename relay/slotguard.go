@@ -128,8 +128,8 @@ func (m *slotMarker) Mark(ctx context.Context) error {
 	defer cancel()
 	m.mark.At = time.Now().UTC()
 	if err := m.snk.WriteSlotMark(ctx, m.topic, m.rf, m.mark); err != nil {
-		return &settingsError{fmt.Errorf("replication slot %q is missing and walrelay marks a slot in Kafka before it creates it (so that a later loss of the slot is not taken for a first start), but the mark could not be written: %w "+
-			"(let walrelay create and write the checkpoint topic, or create the slot beforehand)", m.mark.Slot, err), []string{"checkpoint-topic"}}
+		return &fieldsError{fmt.Errorf("replication slot %q is missing and walrelay marks a slot in Kafka before it creates it (so that a later loss of the slot is not taken for a first start), but the mark could not be written: %w "+
+			"(let walrelay create and write the checkpoint topic, or create the slot beforehand)", m.mark.Slot, err), []string{"relay.Options.SlotMarkTopic"}}
 	}
 	return nil
 }
