@@ -179,13 +179,13 @@ func startsAndCreates(t *testing.T, opts Options, f *relayFixture) {
 			t.Errorf("run on slot %s: %v", opts.Replication.Slot, err)
 		}
 	}()
-	testwait.Eventually(t, 20*time.Second, "slot "+opts.Replication.Slot+" to be streamed", func() bool {
+	testwait.Eventually(t, 60*time.Second, "slot "+opts.Replication.Slot+" to be created and streamed", func() bool {
 		select {
 		case err := <-done:
 			done <- err
 			t.Fatalf("run on slot %s stopped: %v", opts.Replication.Slot, err)
 		default:
 		}
-		return f.PG.Count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", opts.Replication.Slot) == 1
+		return relaytest.SlotStreamed(f.PG, opts.Replication.Slot)
 	})
 }

@@ -135,12 +135,30 @@ func Start(t *testing.T, name string, cluster *kfake.Cluster, create func(t *tes
 			t.Logf("relay log:\n%s", f.Logs.String())
 		}
 	})
-	testwait.Eventually(t, 20*time.Second, "the slot to be streamed", func() bool {
-		var active bool
-		err := pg.Conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active)
-		return err == nil && active
-	})
+	// Until the slot is streamed, a row committed now may precede its
+	// consistent point and never be in its stream. Slot creation waits for
+	// the transactions running on the whole server, which takes long under
+	// load: 60 s only bounds a failure.
+	testwait.Eventually(t, 60*time.Second, "slot "+name+" to be created and streamed", func() bool { return SlotStreamed(pg, name) })
 	return f
+}
+
+// SlotStreamed reports whether slot name, of pg's database, is past its
+// creation and streamed: what a test waits for before it writes rows that a
+// run must stream.
+func SlotStreamed(pg *pgtest.Conn, name string) bool {
+	s, err := replication.ReadSlot(context.Background(), replication.NewQuerier(pg.Conn.PgConn()), name)
+	return err == nil && slotStreamed(s)
+}
+
+// slotStreamed reports whether s, read in the fixture's database, is a slot
+// of that database that a run streams from and that is past its creation.
+// Active alone is not enough: a slot is active while it is being created,
+// and until its consistent point is reached (confirmed_flush_lsn is NULL
+// meanwhile) a transaction that commits is before the slot's start and never
+// in its stream.
+func slotStreamed(s replication.Slot) bool {
+	return s.InCurrentDatabase && s.Active && s.ConfirmedFlushLSN != 0
 }
 
 // Stop ends the run and waits for it to return (once; later calls return
