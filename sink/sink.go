@@ -458,8 +458,8 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// SettingKeys names the setting of the broker addresses.
-func (e *UnreachableError) SettingKeys() []string { return []string{"kafka-brokers"} }
+// Fields names the field of the broker addresses.
+func (e *UnreachableError) Fields() []string { return []string{"sink.Config.Brokers"} }
 
 // Topic returns the topic ev routes to.
 func (s *Sink) Topic(ev *decoder.Event) (string, error) {

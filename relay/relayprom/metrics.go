@@ -133,7 +133,7 @@ func New(reg *prometheus.Registry, slot string, build Build) *Metrics {
 		kafkaRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_kafka_topic_retries_total", Help: "Topic look-ups or creations retried because Kafka was unavailable (the pipeline waits meanwhile)."}),
 		slotRecoveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "walrelay_slot_recoveries_total", Help: "Lost replication slots this process recovered by itself (on-slot-lost recover): a replay since the last delivered event, then a new slot."}),
+			Name: "walrelay_slot_recoveries_total", Help: "Lost replication slots this process recovered by itself (Options.SlotRecoveries: walrelay run's recovery of a lost slot): a replay since the last delivered event, then a new slot."}),
 		reservedHeaders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_reserved_headers_dropped_total", Help: "Entries of the headers column dropped because they would shadow a walrelay header (id, event_type, aggregate_type, walrelay.*, ce_*)."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -179,15 +179,15 @@ func New(reg *prometheus.Registry, slot string, build Build) *Metrics {
 		slotHolderAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open (with a transaction id) or prepared transaction, which holds the slot back (restart_lsn, catalog_xmin) once walrelay confirmed past its start; 0 when none is open. walrelay status names it.", ConstLabels: slotLabel}),
 		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
+			Name: "walrelay_slot_holder_alert_after_seconds", Help: "How long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
 		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank since it last grew (the WAL rate while the slot is held back), once it has shrunk for a minute; -1 when max_slot_wal_keep_size is unlimited or the slot keeps up.", ConstLabels: slotLabel}),
 		failoverProtected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_slot_protected", Help: "With slot-failover: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
+			Name: "walrelay_failover_slot_protected", Help: "With a failover slot: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_slot_lag_bytes", Help: "With slot-failover: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
+			Name: "walrelay_failover_slot_lag_bytes", Help: "With a failover slot: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverStandbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_protected_standbys", Help: "With slot-failover: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
+			Name: "walrelay_failover_protected_standbys", Help: "With a failover slot: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)

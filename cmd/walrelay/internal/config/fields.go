@@ -30,6 +30,7 @@ var fieldKeys = map[string][]string{
 	"replication.Config.StatusInterval":    {"status-interval"},
 	"replication.Config.NoCreateSlot":      {"create-slot"},
 	"replication.Config.SlotFailover":      {"slot-failover"},
+	"replication.TimeColumnError.Column":   {"created-at-column"},
 	"replication.Config.SlotCreateTimeout": {"slot-create-timeout"},
 	"replication.Config.PasswordSource":    {"postgres-password-file"},
 
