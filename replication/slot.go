@@ -262,14 +262,16 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 			return pglogrepl.CreateReplicationSlot(ctx, c.conn, c.cfg.Slot, "pgoutput",
 				pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
 		})
-		var pe *PrereqError
-		if errors.As(err, &pe) {
-			return err
-		}
 		if err != nil {
-			var pe *pgconn.PgError
-			if m := c.cfg.Marker; m != nil && !(errors.As(err, &pe) && pe.Code == "42710") { // 42710: another process made it first
+			// Not created (given up on, cancelled or refused): the mark goes
+			// too, unless another process made the slot first.
+			var pge *pgconn.PgError
+			if m := c.cfg.Marker; m != nil && !(errors.As(err, &pge) && pge.Code == "42710") { // 42710: duplicate object
 				m.Unmark(context.WithoutCancel(ctx))
+			}
+			var pe *PrereqError
+			if errors.As(err, &pe) {
+				return err
 			}
 			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 		}
