@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walrelay/walrelay/internal/testwait"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/relaytest"
 )
@@ -96,6 +97,23 @@ func (f *dlqFixture) transactional(t *testing.T, id string) *kgo.Client {
 	return cl
 }
 
+// settled waits until a read_committed reader of the dead-letter topic
+// sees every id of ids committed: EndTransaction returns before the
+// transaction's commit markers are written (slowly on a loaded machine),
+// and a redrive reads a transaction without its marker as still open.
+func (f *dlqFixture) settled(t *testing.T, ids ...string) {
+	t.Helper()
+	testwait.Eventually(t, 30*time.Second, "the commit markers of "+strings.Join(ids, ","), func() bool {
+		got := f.ids(t, f.dlq)
+		for _, id := range ids {
+			if !slices.Contains(got, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func endTxn(t *testing.T, cl *kgo.Client, commit kgo.TransactionEndTry) {
 	t.Helper()
 	if err := cl.EndTransaction(context.Background(), commit); err != nil {
@@ -150,6 +168,7 @@ func TestRedriveNeverMarksDoneWhatItDidNotSend(t *testing.T) {
 		produce(t, txn, f.deadLetter("s1", selected))
 		produce(t, f.plain, f.deadLetter("l3", other))
 		endTxn(t, txn, kgo.TryCommit)
+		f.settled(t, "s1")
 		ro := f.opts
 		ro.Reasons = []string{selected}
 		// A dry run first: it lists s1 for its topic and creates nothing.
@@ -190,6 +209,7 @@ func TestRedriveNeverMarksDoneWhatItDidNotSend(t *testing.T) {
 		produce(t, txn, f.deadLetter("s1", selected))
 		produce(t, open, f.deadLetter("s2", selected), f.deadLetter("o3", other))
 		endTxn(t, txn, kgo.TryCommit)
+		f.settled(t, "s1")
 		produce(t, f.plain, f.deadLetter("s3", selected))
 		ro := f.opts
 		ro.Reasons = []string{selected}
@@ -201,6 +221,7 @@ func TestRedriveNeverMarksDoneWhatItDidNotSend(t *testing.T) {
 			t.Fatalf("redrive with a transaction open: %+v, %s holds %v; want s1 sent (s2 open, s3 past the cut)", res, f.target, got)
 		}
 		endTxn(t, open, kgo.TryCommit)
+		f.settled(t, "s2")
 		for range 3 {
 			if _, err := Redrive(ctx, ro); err != nil {
 				t.Fatal(err)
