@@ -15,32 +15,13 @@ type OptionError struct {
 func (e *OptionError) Error() string { return fmt.Sprintf("option %s: %v", e.Option, e.Err) }
 func (e *OptionError) Unwrap() error { return e.Err }
 
-// optionKeys are the settings of walrelay's configuration behind the
-// options fields that OptionError names.
-var optionKeys = map[string][]string{
-	"DSN":              {"postgres-dsn"},
-	"Table":            {"table"},
-	"Decoder":          {"table"},
-	"MaxInFlight":      {"max-in-flight"},
-	"ShutdownTimeout":  {"shutdown-timeout"},
-	"KafkaTimeout":     {"kafka-timeout"},
-	"ExactlyOnce":      {"transactional-id", "txn-commit-interval", "txn-max-records"},
-	"Rate":             {"rate"},
-	"Selection":        {"since", "until"},
-	"TimeColumn":       {"created-at-column"},
-	"Margin":           {"recovery-margin"},
-	"RecoveryMargin":   {"recovery-margin"},
-	"OlderThan":        {"older-than"},
-	"BatchSize":        {"batch-size"},
-	"Replication.Slot": {"slot"},
-}
-
-// SettingKeys returns the keys of the settings behind the fields that
-// Option names.
-func (e *OptionError) SettingKeys() []string {
-	var keys []string
+// Fields returns the fields that Option names, as operator.<field> (the
+// field of the tool's options type): a program maps them to its own
+// settings, as the walrelay command does.
+func (e *OptionError) Fields() []string {
+	var fields []string
 	for _, f := range strings.Split(e.Option, ", ") {
-		keys = append(keys, optionKeys[f]...)
+		fields = append(fields, "operator."+f)
 	}
-	return keys
+	return fields
 }

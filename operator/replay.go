@@ -429,7 +429,7 @@ func (r *replayer) dryRun(ctx context.Context, tx pgx.Tx, t *outboxTable) (map[s
 		return nil, 0, err
 	}
 	if poison > 0 && r.ro.StopOnPoison {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%d rows of %s cannot go to their topic: with on-poison stop, the replay stops at the first of them instead of dead-lettering it",
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%d rows of %s cannot go to their topic: with StopOnPoison, the replay stops at the first of them instead of dead-lettering it",
 			poison, t.name))
 	}
 	return out, filtered, nil

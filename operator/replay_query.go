@@ -101,8 +101,8 @@ func (e *MissingTableError) Error() string {
 	return fmt.Sprintf("outbox table %s does not exist; fix: name the table walrelay run relays (schema.name), or create it with walrelay migrate", e.Table)
 }
 
-// SettingKeys names the setting of the outbox tables.
-func (e *MissingTableError) SettingKeys() []string { return []string{"table"} }
+// Fields names the field of the outbox tables.
+func (e *MissingTableError) Fields() []string { return []string{"operator.Table"} }
 
 // ReplayTimeColumnError is a time column a table lacks (Type "") or that is
 // not a timestamp.
@@ -114,8 +114,8 @@ func (e *ReplayTimeColumnError) Error() string {
 	return (&replication.TimeColumnError{Table: e.Table, Column: e.Column, Type: e.Type}).Error()
 }
 
-// SettingKeys names the setting that chooses the time column.
-func (e *ReplayTimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+// Fields names the field that chooses the time column.
+func (e *ReplayTimeColumnError) Fields() []string { return []string{"operator.TimeColumn"} }
 
 func (t *outboxTable) ident(col string) string { return pgx.Identifier{col}.Sanitize() }
 

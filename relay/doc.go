@@ -4,19 +4,26 @@
 // checkpoint and produced by the sink through a delivery mode (delivery.go:
 // at-least-once, or exactly-once in eos.go); the checkpoint's watermark
 // flows back to the stream, which reports it to Postgres. Around them: the
-// session and reconnect loop, the heartbeat, the slot poll, metrics and the
-// HTTP endpoints. It imports the stages only; the command's configuration
-// (cmd/walrelay/internal/config) maps the settings to Options.
+// session and reconnect loop, the heartbeat and the polls of the slot and
+// the outbox's span. It imports the stages only; the command's
+// configuration (cmd/walrelay/internal/config) maps the settings to Options.
+//
+// Telemetry attaches from outside (observer.go): Run reports what happens
+// to Options.Observer and hands Options.TracerProvider to the sink, and
+// works the same with neither. relay/relayprom (walrelay's Prometheus
+// metrics, /metrics, /healthz, /readyz) and relay/relayotel (a tracer
+// provider from the OTEL_* variables) are what the walrelay command
+// attaches; relay imports neither.
 //
 // The operator's tools (replay, recovery, redrive, prune, cutover) are the
 // sibling package operator; relay never imports it.
 //
-// Entry points: relay.go (Run) and options.go (Options, ExactlyOnce,
-// OutboxSpanOptions, OptionError); the errors Run stops with are in eos.go
+// Entry points: relay.go (Run), options.go (Options, ExactlyOnce,
+// OutboxSpanOptions, OptionError) and observer.go (Observer, NopObserver); the errors Run stops with are in eos.go
 // (FencedError) and slotlost.go (SlotLostError), besides the sink's
 // PoisonError (the dead-letter reasons are the sink's too, sink/reason.go,
 // shared with the operator's replays and redrives). Options, Run, those
-// errors, ParseTracingEnv and BuildVersion are the embedding API; the rest
+// errors, Observer and BuildVersion (version.go) are the embedding API; the rest
 // is internal.
 //
 // Invariants kept here:

@@ -79,7 +79,7 @@ func (b *txnBatch) failure() error {
 // sessions); record callbacks run on franz-go's.
 type txnProducer struct {
 	sink        eosSink
-	m           *metrics
+	obs         Observer
 	log         *slog.Logger
 	topic       string // checkpoint topic
 	rf          int16
@@ -121,13 +121,13 @@ type txnProducer struct {
 	commitBefore pglogrepl.LSN // commit LSN of the transaction that needs a Kafka transaction of its own
 }
 
-func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, m *metrics, log *slog.Logger) *txnProducer {
+func newTxnProducer(opts Options, s eosSink, produceCtx context.Context, obs Observer, log *slog.Logger) *txnProducer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	x := opts.ExactlyOnce
 	return &txnProducer{sink: s, log: log, topic: x.CheckpointTopic, rf: x.CheckpointReplicationFactor,
 		slot: opts.Replication.Slot, interval: x.CommitInterval, maxRecords: x.MaxRecords, maxInFlight: opts.trackerCap(),
-		produceCtx: produceCtx, timeout: opts.KafkaTimeout, wakeT: t, txnID: x.TransactionalID, m: m}
+		produceCtx: produceCtx, timeout: opts.KafkaTimeout, wakeT: t, txnID: x.TransactionalID, obs: obs}
 }
 
 // startSession (mode) reads the timeline's history from conn and starts a
@@ -367,8 +367,8 @@ func (t *txnProducer) reserve() error {
 		t.commitBefore = t.curCommit
 		return &eosRestartError{fmt.Errorf("the Postgres transaction with commit %s does not fit beside the earlier ones in the open kafka transaction; it gets one of its own", t.curCommit)}
 	}
-	return &settingsError{fmt.Errorf("exactly-once: a Postgres transaction (commit %s) has more than %d events, the most one Kafka transaction can hold (the in-flight cap plus twice the exactly-once transaction size, less 3); raise the exactly-once transaction size or the in-flight cap",
-		t.curCommit, t.maxTxnEvents()), []string{"txn-max-records", "max-in-flight"}}
+	return &fieldsError{fmt.Errorf("exactly-once: a Postgres transaction (commit %s) has more than %d events, the most one Kafka transaction can hold (the in-flight cap plus twice the exactly-once transaction size, less 3); raise the exactly-once transaction size or the in-flight cap",
+		t.curCommit, t.maxTxnEvents()), []string{"relay.Options.ExactlyOnce.MaxRecords", "relay.Options.MaxInFlight"}}
 }
 
 // Prepare, PrepareDeadLetter and Topic are the sink's.
@@ -503,8 +503,7 @@ func (t *txnProducer) commit(ctx context.Context) error {
 	t.batch = nil
 	t.records, t.units = 0, 0
 	t.lastDur = min(time.Since(began), t.interval)
-	t.m.txns.WithLabelValues("committed").Inc()
-	t.m.txnCommitTime.Observe(time.Since(began).Seconds())
+	t.obs.TxnCommitted(time.Since(began))
 	b.mu.Lock()
 	pending := b.pending
 	b.pending = nil
@@ -543,7 +542,7 @@ func (t *txnProducer) finish(err error) error {
 	t.wakeT.Stop()
 	t.overdue = false
 	if t.skipped > 0 {
-		t.m.txnSkipped.Add(float64(t.skipped))
+		t.obs.EventsSkipped(t.skipped)
 		t.log.Info("exactly-once: skipped events already committed to kafka", "slot", t.slot, "events", t.skipped, "lsn", t.checkpoint.String())
 	}
 	var aerr error
@@ -556,7 +555,7 @@ func (t *txnProducer) finish(err error) error {
 			aerr = t.sink.EndTxn(ctx, false)
 			cancel()
 			if aerr == nil {
-				t.m.txns.WithLabelValues("aborted").Inc()
+				t.obs.TxnAborted()
 				aborted = true
 				break
 			}

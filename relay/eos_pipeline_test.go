@@ -108,7 +108,7 @@ func (s eosSession) run(t *testing.T, msgs []replication.Message, until pglogrep
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	var walEnd atomic.Uint64
-	p := &pipeline{dec: dec, tr: tr, d: s.tp, onPoison: OnPoisonDLQ, log: s.tp.log, m: s.tp.m,
+	p := &pipeline{dec: dec, tr: tr, d: s.tp, onPoison: OnPoisonDLQ, log: s.tp.log, obs: s.tp.obs,
 		produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail}
 	src := propSource{ch: make(chan *replication.Batch)}
 	ctx, cancel := context.WithCancel(context.Background())

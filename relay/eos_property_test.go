@@ -402,7 +402,7 @@ func exactlyOnceProperty(t *testing.T, seed uint64) eosPropStats {
 		}
 		failed, fail := context.WithCancelCause(context.Background())
 		var walEnd atomic.Uint64
-		p := &pipeline{dec: dec, tr: tr, d: tp, onPoison: OnPoisonDLQ, log: log, m: tp.m, produceCtx: context.Background(),
+		p := &pipeline{dec: dec, tr: tr, d: tp, onPoison: OnPoisonDLQ, log: log, obs: tp.obs, produceCtx: context.Background(),
 			walEnd: &walEnd, failed: failed, fail: fail}
 		src = propSource{ch: make(chan *replication.Batch)}
 		var ctx context.Context

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walrelay/walrelay/decoder"
@@ -191,6 +190,8 @@ func TestTxnProducerAcksAtCommit(t *testing.T) {
 func TestTxnProducerIdleCommit(t *testing.T) {
 	f := &fakeTxnSink{}
 	tp := newTestTxnProducer(f, 1000)
+	reg := prometheus.NewRegistry()
+	tp.obs = newMetrics(reg, "s")
 	ctx := context.Background()
 	if tp.ready() || tp.wake() != nil {
 		t.Fatal("idle commit allowed, or a wake-up, without an open transaction")
@@ -202,9 +203,8 @@ func TestTxnProducerIdleCommit(t *testing.T) {
 	if err := tp.idle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var committed dto.Metric
-	if err := tp.m.txns.WithLabelValues("committed").Write(&committed); err != nil || committed.GetCounter().GetValue() != 1 {
-		t.Fatalf("walrelay_txn_total{outcome=committed} = %v (%v), want 1", committed.GetCounter().GetValue(), err)
+	if got := gather(t, reg)["walrelay_txn_total{outcome=committed}"]; got != 1 {
+		t.Fatalf("walrelay_txn_total{outcome=committed} = %v, want 1", got)
 	}
 	tp.lastDur = 50 * time.Millisecond // as if the commit took 50 ms
 	tp.Send(ctx, sink.Record{}, func(error) {})
@@ -333,8 +333,8 @@ func TestTxnProducerReserve(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error for a transaction larger than max-in-flight")
 	}
-	if keys := settingKeys(err); !slices.Equal(keys, []string{"txn-max-records", "max-in-flight"}) || !strings.Contains(err.Error(), "raise the exactly-once transaction size") {
-		t.Errorf("%v: SettingKeys() = %q, want the transaction size and the in-flight cap", err, keys)
+	if fields := fieldsOf(err); !slices.Equal(fields, []string{"relay.Options.ExactlyOnce.MaxRecords", "relay.Options.MaxInFlight"}) || !strings.Contains(err.Error(), "raise the exactly-once transaction size") {
+		t.Errorf("%v: Fields() = %q, want the transaction size and the in-flight cap", err, fields)
 	}
 }
 

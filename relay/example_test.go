@@ -43,7 +43,6 @@ func ExampleRun() {
 		StandbyRetryInterval: 5 * time.Second,
 		ShutdownTimeout:      30 * time.Second,
 		KafkaTimeout:         30 * time.Second,
-		MetricsAddr:          "127.0.0.1:8187",
 	}
 	if err := relay.Run(ctx, opts); err != nil {
 		log.Fatal(err)

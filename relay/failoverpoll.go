@@ -9,11 +9,11 @@ import (
 )
 
 // pollFailover reads the failover slot's protection on every host of the
-// Postgres DSN every interval (at once first) until ctx is done, sets the
-// walrelay_failover_* gauges and logs a warning when a standby stops
+// Postgres DSN every interval (at once first) until ctx is done, hands
+// each reading to obs (the walrelay_failover_* gauges) and logs a warning when a standby stops
 // protecting the slot (and once it does again). Unreadable hosts are
 // findings, not failures; it never stops the relay.
-func pollFailover(ctx context.Context, opts Options, m *metrics) {
+func pollFailover(ctx context.Context, opts Options, obs Observer) {
 	rc, log := opts.Replication, opts.Logger
 	fl := &failoverLog{slot: rc.Slot, log: log, state: map[string]string{}}
 	t := time.NewTicker(opts.SlotMetricsInterval)
@@ -23,7 +23,7 @@ func pollFailover(ctx context.Context, opts Options, m *metrics) {
 		h, err := replication.ReadFailoverHealth(cctx, rc.DSN, rc.Slot, rc.PasswordSource)
 		cancel()
 		if err == nil && ctx.Err() == nil {
-			m.observeFailover(h)
+			obs.FailoverPolled(h)
 			fl.observe(h)
 		}
 		select {
@@ -32,25 +32,6 @@ func pollFailover(ctx context.Context, opts Options, m *metrics) {
 		case <-t.C:
 		}
 	}
-}
-
-// observeFailover sets the walrelay_failover_* gauges from h; standbys no
-// longer found lose their series. Without slot-failover they have none, so
-// that no alert on them fires for a slot that is not a failover slot.
-func (m *metrics) observeFailover(h replication.FailoverHealth) {
-	m.failoverProtected.Reset()
-	m.failoverLag.Reset()
-	protected := 0
-	for _, s := range h.Standbys {
-		v := 0.0
-		if s.Protected() {
-			v = 1
-			protected++
-		}
-		m.failoverProtected.WithLabelValues(s.Server).Set(v)
-		m.failoverLag.WithLabelValues(s.Server).Set(float64(h.LagBytes(s)))
-	}
-	m.failoverStandbys.WithLabelValues().Set(float64(protected))
 }
 
 // failoverLog says when a standby stops (or starts again) protecting the
@@ -88,7 +69,7 @@ func (l *failoverLog) observe(h replication.FailoverHealth) {
 
 // startFailoverPoll starts pollFailover when the slot is a failover slot
 // and slot metrics are on, and returns the function that stops it.
-func startFailoverPoll(ctx context.Context, opts Options, m *metrics) (stop func()) {
+func startFailoverPoll(ctx context.Context, opts Options, obs Observer) (stop func()) {
 	if !opts.Replication.SlotFailover || opts.SlotMetricsInterval <= 0 {
 		return func() {}
 	}
@@ -96,7 +77,7 @@ func startFailoverPoll(ctx context.Context, opts Options, m *metrics) (stop func
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pollFailover(pctx, opts, m)
+		pollFailover(pctx, opts, obs)
 	}()
 	return func() {
 		cancel()

@@ -2,14 +2,14 @@ package relay
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/walrelay/walrelay/internal/gosrc"
 )
 
 // cliText is what only the command may say: a flag (--name) or one of its
@@ -19,7 +19,7 @@ var cliText = regexp.MustCompile(`--[A-Za-z]|WALRELAY_`)
 // TestLibrariesNameNoFlags: the libraries (replication, sink, decoder,
 // checkpoint and this runtime) are used without walrelay's command line too,
 // by a program that embeds relay.Run, so their errors and log lines say what
-// to change in words and carry the settings as data (SettingKeys); only
+// to change in words and carry the fields as data (Fields); only
 // cmd/walrelay names flags and environment variables. This walks every Go
 // file of those directories, tests excluded, and fails on any string
 // literal with a flag or an environment variable of the command in it.
@@ -48,7 +48,7 @@ func TestLibrariesNameNoFlags(t *testing.T) {
 				return true
 			}
 			if m := cliText.FindString(s); m != "" {
-				t.Errorf("%s: %q names the command line (%s...): say it in words, and give the setting key as data (SettingKeys)",
+				t.Errorf("%s: %q names the command line (%s...): say it in words, and give the field as data (Fields)",
 					fset.Position(lit.Pos()), s, m)
 			}
 			return true
@@ -70,112 +70,7 @@ var libraryDirs = []string{"../replication", "../sink", "../decoder", "../checkp
 // walkGo parses every Go file under dirs, tests excluded, and hands it to fn.
 func walkGo(t *testing.T, fset *token.FileSet, dirs []string, fn func(*ast.File)) {
 	t.Helper()
-	for _, dir := range dirs {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			fn(f)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// stringElts returns the string literals among the elements of a []string
-// composite literal (or one whose type is elided), nil for anything else.
-func stringElts(e ast.Expr) []*ast.BasicLit {
-	cl, ok := e.(*ast.CompositeLit)
-	if !ok {
-		return nil
-	}
-	if at, ok := cl.Type.(*ast.ArrayType); cl.Type != nil && (!ok || at.Len != nil || !isIdent(at.Elt, "string")) {
-		return nil
-	}
-	var lits []*ast.BasicLit
-	for _, el := range cl.Elts {
-		if lit, ok := el.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			lits = append(lits, lit)
-		}
-	}
-	return lits
-}
-
-func isIdent(e ast.Expr, name string) bool {
-	id, ok := e.(*ast.Ident)
-	return ok && id.Name == name
-}
-
-// TestSettingKeysAreSettings: every setting key the libraries hand over as
-// data (a Settings field, a settingsError, optionKeys, a []string returned by
-// a SettingKeys or settingKeys function) is a key of walrelay's
-// configuration. The keys are the string literals of
-// cmd/walrelay/internal/config, however it declares them: a misspelt key is
-// caught, a renamed one when its old name is gone from there.
-func TestSettingKeysAreSettings(t *testing.T) {
-	fset := token.NewFileSet()
-	known := map[string]bool{}
-	walkGo(t, fset, []string{"../cmd/walrelay/internal/config"}, func(f *ast.File) {
-		ast.Inspect(f, func(n ast.Node) bool {
-			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				if s, err := strconv.Unquote(lit.Value); err == nil {
-					known[s] = true
-				}
-			}
-			return true
-		})
-	})
-	for _, k := range []string{"postgres-dsn", "kafka-brokers", "on-poison"} {
-		if !known[k] {
-			t.Fatalf("key %q not found in cmd/walrelay/internal/config: did the configuration move?", k)
-		}
-	}
-	var keys []*ast.BasicLit
-	walkGo(t, fset, libraryDirs, func(f *ast.File) {
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.KeyValueExpr:
-				if isIdent(n.Key, "Settings") {
-					keys = append(keys, stringElts(n.Value)...)
-				}
-			case *ast.CompositeLit:
-				if isIdent(n.Type, "settingsError") && len(n.Elts) == 2 {
-					keys = append(keys, stringElts(n.Elts[1])...)
-				}
-			case *ast.ValueSpec:
-				if len(n.Names) == 1 && n.Names[0].Name == "optionKeys" && len(n.Values) == 1 {
-					for _, el := range n.Values[0].(*ast.CompositeLit).Elts {
-						keys = append(keys, stringElts(el.(*ast.KeyValueExpr).Value)...)
-					}
-				}
-			case *ast.FuncDecl:
-				if n.Name.Name != "SettingKeys" && n.Name.Name != "settingKeys" {
-					return true
-				}
-				ast.Inspect(n.Body, func(m ast.Node) bool {
-					if r, ok := m.(*ast.ReturnStmt); ok && len(r.Results) == 1 {
-						keys = append(keys, stringElts(r.Results[0])...)
-					}
-					return true
-				})
-			}
-			return true
-		})
-	})
-	if len(keys) < 20 {
-		t.Fatalf("found %d setting keys in the libraries: has the way they are given changed?", len(keys))
-	}
-	for _, lit := range keys {
-		if k, _ := strconv.Unquote(lit.Value); !known[k] {
-			t.Errorf("%s: %q is not a key of walrelay's configuration", fset.Position(lit.Pos()), k)
-		}
-	}
+	gosrc.Walk(t, fset, dirs, func(_ string, f *ast.File) { fn(f) })
 }
 
 // slotSQL is SQL that reads pg_replication_slots or drops a slot.

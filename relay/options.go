@@ -46,7 +46,7 @@ type Options struct {
 	// a standby (logical decoding on a standby, Postgres 16+): the primary.
 	// "" writes them through Replication.DSN.
 	HeartbeatDSN        string
-	SlotMetricsInterval time.Duration // 0: no walrelay_slot_* metrics
+	SlotMetricsInterval time.Duration // between readings of the slot for the Observer; 0: none
 	// SlotHolderAlertAfter is how long an open or prepared transaction may
 	// hold the slot back before walrelay logs it as a warning (and the
 	// WalrelaySlotHeldBack alert fires: walrelay_slot_holder_alert_after_seconds);
@@ -55,9 +55,6 @@ type Options struct {
 	StandbyRetryInterval time.Duration // wait between tries of a slot another process holds
 	ShutdownTimeout      time.Duration // bounds the drain after the context ends
 	KafkaTimeout         time.Duration // bounds waiting for Kafka at start and at transaction ends
-
-	MetricsAddr string // "" serves no HTTP
-	PProf       bool   // serve /debug/pprof/ on MetricsAddr
 
 	// ExactlyOnce turns on Kafka transactions; nil is at-least-once.
 	ExactlyOnce *ExactlyOnce
@@ -84,17 +81,31 @@ type Options struct {
 	// that it keeps counting across Runs.
 	SlotRecoveries int
 
-	// OutboxSpan turns on the walrelay_outbox_* metrics (the outbox
-	// tables' retained span, retention.go); nil: off.
+	// OutboxSpan turns on readings of the outbox tables' retained span
+	// for the Observer (the walrelay_outbox_* metrics, retention.go); nil:
+	// off.
 	OutboxSpan *OutboxSpanOptions
 
 	Logger *slog.Logger // nil: slog.Default()
 
-	// TracerProvider makes a span per event (sink.WithTracerProvider) for an
-	// embedding program that has its own; nil: Run builds one from the
-	// OTEL_* environment variables, and traces only when they set an OTLP
-	// endpoint (ParseTracingEnv).
+	// Observer is told what happens (observer.go): the metrics attach here
+	// (relay/relayprom for walrelay's Prometheus metrics); nil: none.
+	Observer Observer
+	// TracerProvider makes a span per event (sink.WithTracerProvider); nil:
+	// no spans. relay/relayotel builds one from the OTEL_* environment
+	// variables, as the walrelay command does.
 	TracerProvider trace.TracerProvider
+	// SinkOptions are more options for the Kafka producer, after Run's own:
+	// client hooks such as relayprom.KafkaHooks (franz-go's kprom).
+	SinkOptions []sink.Option
+}
+
+// observer is o.Observer, or one that observes nothing.
+func (o Options) observer() Observer {
+	if o.Observer == nil {
+		return NopObserver{}
+	}
+	return o.Observer
 }
 
 // slotMarks returns the topic of the slot marks and its replication factor.

@@ -39,7 +39,7 @@ type pipeline struct {
 	d          delivery
 	onPoison   string
 	log        *slog.Logger
-	m          *metrics
+	obs        Observer
 	produceCtx context.Context // outlives a graceful drain
 	walEnd     *atomic.Uint64  // highest server WAL end seen (for lag)
 	out        decoder.Output
@@ -174,23 +174,24 @@ func (p *pipeline) handle(ctx context.Context, msg *replication.Message) error {
 		}
 		return p.produce(ctx, &out.Event)
 	case decoder.KindCommit:
-		p.m.transactions.Inc()
+		p.obs.TransactionRead()
 		if err := p.tr.CommitAt(out.EndLSN, out.CommitTime); err != nil {
 			return err
 		}
 		p.skipping = false
 		return p.d.end(ctx, out.EndLSN)
 	case decoder.KindHeartbeat:
-		p.m.heartbeatLast.SetToCurrentTime()
+		var emitted time.Time
 		if ns, err := strconv.ParseInt(string(out.Content), 10, 64); err == nil {
-			p.m.heartbeatLatency.Observe(time.Since(time.Unix(0, ns)).Seconds())
+			emitted = time.Unix(0, ns)
 		}
+		p.obs.HeartbeatDecoded(emitted)
 	case decoder.KindIgnored:
-		p.m.ignored.WithLabelValues(out.Reason).Inc()
+		p.obs.ChangeIgnored(out.Reason)
 	case decoder.KindFiltered:
 		// Read past, never tracked: the transaction is confirmed like any
 		// other once its published events are in Kafka.
-		p.m.filtered.WithLabelValues(out.Reason).Inc()
+		p.obs.EventFiltered(out.Reason)
 	}
 	return nil
 }
@@ -204,14 +205,13 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 	committed := ev.CommitTime
 	done := func(err error) {
 		if err != nil {
-			p.m.produceFailures.Inc()
+			p.obs.ProduceFailed()
 			p.fail(err)
 			return
 		}
 		// Counted before the ack can move the watermark: a confirmed
 		// position implies its events are in the metrics.
-		p.m.events.Inc()
-		p.m.e2eLatency.Observe(time.Since(committed).Seconds())
+		p.obs.EventAcked(committed)
 		ack.Done()
 	}
 	if reason, cause := sink.PoisonOf(ev); cause != nil {
@@ -240,7 +240,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 			return p.deadLetter(ctx, ev, pe.Topic, reason, err, done)
 		}
 	}
-	p.m.produceFailures.Inc()
+	p.obs.ProduceFailed()
 	return err
 }
 
@@ -250,7 +250,7 @@ func (p *pipeline) produce(ctx context.Context, ev *decoder.Event) error {
 // are retried, and the watermark stays before ev.
 func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt int, err error) error {
 	wait := retry.KafkaWait(attempt)
-	p.m.kafkaRetries.Inc()
+	p.obs.KafkaRetried()
 	var topic string
 	var pe *sink.ProduceError
 	if errors.As(err, &pe) {
@@ -270,7 +270,7 @@ func (p *pipeline) awaitKafka(ctx context.Context, ev *decoder.Event, attempt in
 // never skipped.
 func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended string, reason sink.DeadLetterReason, cause error, done func(error)) error {
 	if p.onPoison == OnPoisonStop {
-		p.m.produceFailures.Inc()
+		p.obs.ProduceFailed()
 		return &sink.PoisonError{EventID: ev.ID, Table: ev.Table, LSN: ev.LSN, Reason: string(reason), Err: cause}
 	}
 	rec, err := p.d.PrepareDeadLetter(ctx, ev, intended, string(reason), cause)
@@ -284,10 +284,10 @@ func (p *pipeline) deadLetter(ctx context.Context, ev *decoder.Event, intended s
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		p.m.produceFailures.Inc()
+		p.obs.ProduceFailed()
 		return err
 	}
-	p.m.deadLetters.WithLabelValues(string(reason)).Inc()
+	p.obs.DeadLettered(string(reason))
 	p.log.Warn("event dead-lettered", "id", ev.ID, "lsn", ev.LSN.String(), "xid", ev.XID, "table", ev.Table, "topic", intended,
 		"reason", reason, "error", cause.Error())
 	p.d.Send(p.produceCtx, rec, done)

@@ -285,7 +285,7 @@ func pipelineProperty(t *testing.T, seed uint64) propStats {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &pipeline{dec: dec, tr: tr, d: &atLeastOnce{producer: prod}, onPoison: OnPoisonDLQ, log: log, m: m,
+		p := &pipeline{dec: dec, tr: tr, d: &atLeastOnce{producer: prod}, onPoison: OnPoisonDLQ, log: log, obs: m,
 			produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail}
 		src = propSource{ch: make(chan *replication.Batch)}
 		var ctx context.Context

@@ -80,7 +80,7 @@ type pipelineRig struct {
 	t    *testing.T
 	tr   *checkpoint.Tracker
 	prod *fakeProducer
-	m    *metrics
+	m    Observer
 	reg  *prometheus.Registry
 	src  propSource
 	stop context.CancelFunc
@@ -112,7 +112,7 @@ func newPipelineRig(t *testing.T, maxInFlight int, onPoison string, prod *fakePr
 	failed, fail := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { fail(nil) })
 	var walEnd atomic.Uint64
-	p := &pipeline{dec: dec, tr: tr, d: &atLeastOnce{producer: prod}, onPoison: onPoison, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: r.m,
+	p := &pipeline{dec: dec, tr: tr, d: &atLeastOnce{producer: prod}, onPoison: onPoison, log: slog.New(slog.NewTextHandler(io.Discard, nil)), obs: r.m,
 		produceCtx: context.Background(), walEnd: &walEnd, failed: failed, fail: fail}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walrelay/walrelay/checkpoint"
@@ -48,16 +46,11 @@ func Run(ctx context.Context, opts Options) error {
 		return &OptionError{Option: "Decoder", Err: err}
 	}
 	log, slot := opts.Logger, opts.Replication.Slot
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, slot)
+	obs := opts.observer()
 
-	tracing, err := startTracing(ctx, opts.TracerProvider, os.Getenv, log)
-	if err != nil {
-		return err
-	}
-	defer tracing.shutdown() // after the sink's Close: the spans of failed records are ended by then
-	sopts := []sink.Option{sink.WithLogger(log), kafkaMetrics(reg), sink.WithOnReservedHeader(func(string) { m.reservedHeaders.Inc() }),
-		tracing.sinkOption()}
+	sopts := []sink.Option{sink.WithLogger(log), sink.WithOnReservedHeader(obs.ReservedHeaderDropped),
+		sink.WithTracerProvider(opts.TracerProvider)}
+	sopts = append(sopts, opts.SinkOptions...)
 	if opts.ExactlyOnce != nil {
 		sopts = append(sopts, sink.WithTransactionalID(opts.ExactlyOnce.TransactionalID))
 	}
@@ -77,7 +70,7 @@ func Run(ctx context.Context, opts Options) error {
 		if errors.As(err, &se) { // its message names the setting to fix
 			return err
 		}
-		return &settingsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"kafka-brokers"}}
+		return &fieldsError{fmt.Errorf("%w (check the Kafka brokers setting and that the brokers are up)", err), []string{"sink.Config.Brokers"}}
 	}
 	if err := registerSchemas(ctx, snk); err != nil {
 		if ctx.Err() != nil {
@@ -88,16 +81,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	var walEnd atomic.Uint64
 	var ready atomic.Bool
-	sb := newStandby(opts.StandbyRetryInterval, slot, m, log)
-	stopHTTP, err := serveHTTP(opts.MetricsAddr, reg, &ready, sb.notReady, opts.PProf, log)
-	if err != nil {
-		return &OptionError{Option: "MetricsAddr", Err: err}
-	}
-	defer stopHTTP()
-	stopSpan := startSpanPoll(ctx, opts, reg)
+	sb := newStandby(opts.StandbyRetryInterval, slot, obs, log)
+	obs.NotReadyReason(sb.notReady)
+	obs.SlotRecoveries(opts.SlotRecoveries)
+	stopSpan := startSpanPoll(ctx, opts, obs)
 	defer stopSpan()
 
-	m.slotRecoveries.Add(float64(opts.SlotRecoveries))
 	marker, err := guardSlot(ctx, opts, snk, log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -127,7 +116,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	cur := newTrackerRef(tr)
-	registerPosition(reg, cur, &walEnd)
+	obs.Positions(cur.Watermark, cur.InFlight, func() pglogrepl.LSN { return pglogrepl.LSN(walEnd.Load()) })
 	if conn.CreatedPublication {
 		log.Info("created publication", "publication", opts.Replication.Publication, "tables", strings.Join(opts.Replication.Tables, ","))
 	}
@@ -144,9 +133,9 @@ func Run(ctx context.Context, opts Options) error {
 	rcfg.SlotMustExist = true
 	// The slot poll starts once the slot is known to exist: before, a
 	// Postgres that cannot be reached would first show as stale metrics.
-	stopPoll := startSlotPoll(ctx, opts, m)
+	stopPoll := startSlotPoll(ctx, opts, obs)
 	defer stopPoll()
-	stopFailoverPoll := startFailoverPoll(ctx, opts, m)
+	stopFailoverPoll := startFailoverPoll(ctx, opts, obs)
 	defer stopFailoverPoll()
 
 	hbCtx, stopHB := context.WithCancel(ctx)
@@ -159,11 +148,11 @@ func Run(ctx context.Context, opts Options) error {
 			// would leave the slot behind.
 			hbDSN = ""
 			log.Warn("walrelay decodes on a standby and has no heartbeat DSN for the primary: heartbeats are off, so the slot stays behind while the primary is idle; set the heartbeat Postgres DSN to the primary",
-				"slot", slot, "setting", "heartbeat-postgres-dsn")
+				"slot", slot, "option", "HeartbeatDSN")
 		}
 	}
 	if opts.HeartbeatInterval > 0 && hbDSN != "" {
-		go heartbeat(hbCtx, hbDSN, opts.Replication.PasswordSource, opts.HeartbeatInterval, m, log)
+		go heartbeat(hbCtx, hbDSN, opts.Replication.PasswordSource, opts.HeartbeatInterval, obs, log)
 	}
 
 	// Records must survive the graceful drain that follows ctx; they are
@@ -173,12 +162,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
-	r := &runner{opts: opts, rcfg: rcfg, log: log, m: m, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
+	r := &runner{opts: opts, rcfg: rcfg, log: log, obs: obs, sink: snk, tr: tr, produceCtx: produceCtx, cancelProduce: cancelProduce,
 		failed: failed, fail: fail, walEnd: &walEnd, ready: &ready, sb: sb,
 		cur: cur, system: conn.System, confirmed: conn.Start}
 	r.mode = &atLeastOnce{producer: snk, r: r}
 	if opts.ExactlyOnce != nil {
-		r.mode = newTxnProducer(opts, snk, produceCtx, m, log)
+		r.mode = newTxnProducer(opts, snk, produceCtx, obs, log)
 	}
 	return r.loop(ctx, conn)
 }
@@ -192,7 +181,7 @@ func (r *runner) loop(ctx context.Context, conn *replication.Conn) error {
 		start := time.Now()
 		err := r.session(ctx, conn)
 		streamed := r.ready.Swap(false)
-		r.m.ready.Set(0)
+		r.obs.Streaming(false)
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -267,7 +256,7 @@ type runner struct {
 	opts          Options
 	rcfg          replication.Config // for reconnects: never creates the slot
 	log           *slog.Logger
-	m             *metrics
+	obs           Observer
 	sink          *sink.Sink
 	tr            *checkpoint.Tracker
 	produceCtx    context.Context
@@ -308,10 +297,10 @@ func (r *runner) session(ctx context.Context, conn *replication.Conn) error {
 	st := conn.NewStream(position{tr: r.tr, sink: r.sink, stopped: &stopped},
 		replication.WithLogger(r.log), replication.WithOnStart(func() {
 			r.ready.Store(true)
-			r.m.ready.Set(1)
+			r.obs.Streaming(true)
 			r.sb.streaming()
 		}))
-	p := &pipeline{dec: dec, tr: r.tr, d: sess.delivery, onPoison: r.opts.OnPoison, log: r.log, m: r.m, produceCtx: r.produceCtx,
+	p := &pipeline{dec: dec, tr: r.tr, d: sess.delivery, onPoison: r.opts.OnPoison, log: r.log, obs: r.obs, produceCtx: r.produceCtx,
 		walEnd: r.walEnd, failed: sess.failed, fail: sess.fail}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -347,7 +336,7 @@ func registerSchemas(ctx context.Context, snk *sink.Sink) error {
 	case err == nil:
 		return nil
 	case sink.IsRetryable(err):
-		return &settingsError{fmt.Errorf("%w (check the schema registry URL setting and that the registry is up)", err), []string{"schema-registry-url"}}
+		return &fieldsError{fmt.Errorf("%w (check the schema registry URL setting and that the registry is up)", err), []string{"schema.Config.URLs"}}
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return oneLine{j.Unwrap()}

@@ -34,10 +34,10 @@ func startRelayWith(t *testing.T, name string, cluster *kfake.Cluster, create fu
 	t.Helper()
 	return &relayFixture{relaytest.Start(t, name, cluster, create, func(dsn string, log *slog.Logger) func(context.Context) error {
 		opts := testOptions(dsn, cluster.ListenAddrs(), name)
+		opts.Logger = log // first: a mod may log
 		for _, mod := range mods {
 			mod(&opts)
 		}
-		opts.Logger = log
 		return func(ctx context.Context) error { return Run(ctx, opts) }
 	})}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walrelay/walrelay/replication"
 )
@@ -16,7 +15,7 @@ import (
 // row whose event may not be delivered yet is never pruned, the operator
 // package's) and the retained span (how far back a replay can reach,
 // replication.ReadOutboxSpan), shown by walrelay status and exported as
-// metrics here.
+// metrics (through the Observer) here.
 
 // defaultTimeColumn is the outbox table's time column by default (its
 // created_at, as the replay's).
@@ -35,55 +34,21 @@ type OutboxSpanOptions struct {
 	MinRetained time.Duration
 }
 
-// spanMetrics are the walrelay_outbox_* gauges.
-type spanMetrics struct {
-	oldest *prometheus.GaugeVec
-	rows   *prometheus.GaugeVec
-	target prometheus.Gauge
-	errors prometheus.Counter
-	last   prometheus.Gauge
-}
-
-func newSpanMetrics(reg *prometheus.Registry, min time.Duration) *spanMetrics {
-	m := &spanMetrics{
-		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_outbox_oldest_row_timestamp_seconds",
-			Help: "Unix time of the oldest row kept in the outbox table (its time column); the time of the reading when the table is empty. time() minus it is how far back a replay can reach."}, []string{"table"}),
-		rows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walrelay_outbox_rows_estimate",
-			Help: "Rows in the outbox table as Postgres estimates them (pg_class.reltuples over the partitions)."}, []string{"table"}),
-		target: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_outbox_retention_target_seconds",
-			Help: "The configured minimum retained span of the outbox table (0: none); the alert WalrelayOutboxRetentionShort compares the span with it."}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "walrelay_outbox_span_poll_errors_total",
-			Help: "Readings of the outbox tables' span that failed."}),
-		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walrelay_outbox_span_poll_last_timestamp_seconds",
-			Help: "Unix time of the last successful reading of the outbox tables' span."}),
-	}
-	m.target.Set(min.Seconds())
-	reg.MustRegister(m.oldest, m.rows, m.target, m.errors, m.last)
-	return m
-}
-
-func (m *spanMetrics) observe(sp replication.OutboxSpan, now time.Time) {
-	oldest := now
-	if !sp.Empty {
-		oldest = sp.Oldest
-	}
-	m.oldest.WithLabelValues(sp.Table).Set(float64(oldest.UnixNano()) / 1e9)
-	m.rows.WithLabelValues(sp.Table).Set(float64(sp.Rows))
-}
-
 // startSpanPoll reads the outbox tables' span every interval and sets the
-// walrelay_outbox_* gauges, unless opts.OutboxSpan is nil; it returns the
-// function that stops it. Failures are counted and logged once per streak.
-func startSpanPoll(ctx context.Context, opts Options, reg *prometheus.Registry) (stop func()) {
+// walrelay_outbox_* gauges through obs, unless opts.OutboxSpan is nil or
+// there is no Observer; it
+// returns the function that stops it. Failures are counted and logged once
+// per streak.
+func startSpanPoll(ctx context.Context, opts Options, obs Observer) (stop func()) {
 	so := opts.OutboxSpan
-	if so == nil || so.Interval <= 0 || len(opts.Decoder.Tables) == 0 {
+	if so == nil || so.Interval <= 0 || len(opts.Decoder.Tables) == 0 || opts.Observer == nil {
 		return func() {}
 	}
 	timeCol := so.TimeColumn
 	if timeCol == "" {
 		timeCol = defaultTimeColumn
 	}
-	m := newSpanMetrics(reg, so.MinRetained)
+	obs.OutboxSpanPolling(so.MinRetained)
 	log := opts.Logger
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -112,15 +77,15 @@ func startSpanPoll(ctx context.Context, opts Options, reg *prometheus.Registry) 
 						errs = append(errs, err)
 						continue
 					}
-					m.observe(sp, time.Now())
+					obs.OutboxSpanRead(sp, time.Now())
 				}
 				if len(errs) == 0 {
-					m.last.SetToCurrentTime()
+					obs.OutboxSpanPolled(true)
 				}
 				return errors.Join(errs...)
 			},
 			failed: func(err error, first bool) {
-				m.errors.Inc()
+				obs.OutboxSpanPolled(false)
 				// A server that refuses the connection (a wrong password, the
 				// server down) is the relay's own stop or retry to report, once.
 				var ce *pgconn.ConnectError

@@ -38,7 +38,8 @@ func TestOutboxSpan(t *testing.T) {
 	opts := Options{Replication: testOptions(dsn, nil, "span").Replication, Logger: slog.New(slog.DiscardHandler),
 		Decoder:    decoder.Config{Tables: []decoder.Table{{Schema: "public", Name: "span_outbox"}}},
 		OutboxSpan: &OutboxSpanOptions{Interval: 50 * time.Millisecond, MinRetained: 24 * time.Hour}}
-	stop := startSpanPoll(ctx, opts, reg)
+	opts.Observer = newMetrics(reg, "span")
+	stop := startSpanPoll(ctx, opts, opts.Observer)
 	defer stop()
 	testwait.Eventually(t, 10*time.Second, "the span metrics", func() bool {
 		m := gather(t, reg)

@@ -105,7 +105,7 @@ func guardSlot(ctx context.Context, opts Options, snk *sink.Sink, log *slog.Logg
 		if !opts.AcceptSlotLoss {
 			return nil, lost
 		}
-		log.Warn("replication slot was lost; creating it again as accept-slot-loss says: the events committed since the loss are never sent",
+		log.Warn("replication slot was lost; creating it again, its loss accepted: the events committed since the loss are never sent",
 			"slot", slot, "error", lost.Error())
 		return nil, nil
 	}
@@ -128,8 +128,8 @@ func (m *slotMarker) Mark(ctx context.Context) error {
 	defer cancel()
 	m.mark.At = time.Now().UTC()
 	if err := m.snk.WriteSlotMark(ctx, m.topic, m.rf, m.mark); err != nil {
-		return &settingsError{fmt.Errorf("replication slot %q is missing and walrelay marks a slot in Kafka before it creates it (so that a later loss of the slot is not taken for a first start), but the mark could not be written: %w "+
-			"(let walrelay create and write the checkpoint topic, or create the slot beforehand)", m.mark.Slot, err), []string{"checkpoint-topic"}}
+		return &fieldsError{fmt.Errorf("replication slot %q is missing and walrelay marks a slot in Kafka before it creates it (so that a later loss of the slot is not taken for a first start), but the mark could not be written: %w "+
+			"(let walrelay create and write the checkpoint topic, or create the slot beforehand)", m.mark.Slot, err), []string{"relay.Options.SlotMarkTopic"}}
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (m *slotMarker) Unmark(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	if err := m.snk.DeleteSlotMark(ctx, m.topic, m.mark.Key()); err != nil {
-		m.log.Warn("the replication slot was not created, and its mark could not be deleted: the next start takes the slot for lost (recover, or start with accept-slot-loss once)",
+		m.log.Warn("the replication slot was not created, and its mark could not be deleted: the next start takes the slot for lost (recover, or start once accepting the loss)",
 			"slot", m.mark.Slot, "topic", m.topic, "error", err.Error())
 	}
 }

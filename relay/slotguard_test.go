@@ -53,8 +53,8 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
-	if keys := lost.SettingKeys(); len(keys) != 2 || keys[1] != "accept-slot-loss" {
-		t.Errorf("setting keys %v, want slot and accept-slot-loss", keys)
+	if fields := lost.Fields(); len(fields) != 2 || fields[1] != "relay.Options.AcceptSlotLoss" {
+		t.Errorf("fields %v, want the slot and relay.Options.AcceptSlotLoss", fields)
 	}
 	if n := slots(); n != 0 {
 		t.Fatalf("%d slots after the refusal, want none", n)
@@ -63,7 +63,6 @@ func TestExactlyOnceRefusesLostSlot(t *testing.T) {
 	// Another slot name has no checkpoint: a first start.
 	other := opts
 	other.Replication.Slot = "slotguard_other"
-	other.MetricsAddr = ""
 	t.Cleanup(func() {
 		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotguard_other' AND NOT active")
 	})
@@ -115,8 +114,8 @@ func TestRefusesLostSlot(t *testing.T) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
-	if keys := lost.SettingKeys(); len(keys) != 2 || keys[1] != "accept-slot-loss" {
-		t.Errorf("setting keys %v, want slot and accept-slot-loss", keys)
+	if fields := lost.Fields(); len(fields) != 2 || fields[1] != "relay.Options.AcceptSlotLoss" {
+		t.Errorf("fields %v, want the slot and relay.Options.AcceptSlotLoss", fields)
 	}
 	if n := slots(); n != 0 {
 		t.Fatalf("%d slots after the refusal, want none", n)
@@ -125,7 +124,6 @@ func TestRefusesLostSlot(t *testing.T) {
 	// Another slot name has no mark: a first start.
 	other := opts
 	other.Replication.Slot = "slotmark_other"
-	other.MetricsAddr = ""
 	t.Cleanup(func() {
 		f.PG.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'slotmark_other' AND NOT active")
 	})

@@ -104,16 +104,16 @@ const recoverAdvice = "Recover with a replay since the last delivered event, whi
 
 func (e *SlotLostError) Unwrap() error { return e.Err }
 
-// SettingKeys: a failover needs failover slots; a slot found missing at
-// start is created only when the loss is accepted.
-func (e *SlotLostError) SettingKeys() []string {
+// Fields: a failover needs failover slots; a slot found missing at start
+// is created only when the loss is accepted.
+func (e *SlotLostError) Fields() []string {
 	if e.Checkpoint || e.Marked {
-		return []string{"slot", "accept-slot-loss"}
+		return []string{"replication.Config.Slot", "relay.Options.AcceptSlotLoss"}
 	}
 	if e.Failover {
-		return []string{"slot-failover"}
+		return []string{"replication.Config.SlotFailover"}
 	}
-	return []string{"slot"}
+	return []string{"replication.Config.Slot"}
 }
 
 // slotLostAtStart returns the SlotLostError of err, replication.Open's at

@@ -12,57 +12,17 @@ import (
 	"github.com/walrelay/walrelay/replication"
 )
 
-// slotState is one reading of the slot.
-type slotState struct {
-	exists    bool
-	retained  float64 // bytes
-	lag       float64 // bytes
-	walStatus string
-	safeWAL   float64 // bytes; -1 unlimited
-	active    bool
-}
-
-// slotStateOf is the reading of slot s.
-func slotStateOf(s replication.Slot) slotState {
-	st := slotState{exists: true, retained: float64(s.RetainedBytes()), lag: float64(s.LagBytes()),
-		walStatus: s.WALStatus, safeWAL: -1, active: s.Active}
-	if s.SafeWALSize != nil {
-		st.safeWAL = float64(*s.SafeWALSize)
-	}
-	return st
-}
-
-// observeSlot sets the slot gauges from st.
-func (m *metrics) observeSlot(st slotState) {
-	b := func(v bool) float64 {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	m.slotExists.Set(b(st.exists))
-	m.slotActive.Set(b(st.active))
-	m.slotRetained.Set(st.retained)
-	m.slotLag.Set(st.lag)
-	m.slotSafeWAL.Set(st.safeWAL)
-	for _, s := range walStatuses {
-		m.slotWALStatus.WithLabelValues(s).Set(b(s == st.walStatus))
-	}
-	m.slotPollLast.SetToCurrentTime()
-}
-
 // pollSlot reads the slot's row every interval (at once first) until ctx is
-// done and sets the walrelay_slot_* gauges, with what holds the slot back
-// (holders.go's reading) and the time left before max_slot_wal_keep_size
-// invalidates it. Failures are counted and logged once per failure streak;
-// they never stop the relay. A missing slot is a reading
-// (walrelay_slot_exists 0), not a failure.
-func pollSlot(ctx context.Context, opts Options, m *metrics) {
+// done and hands each reading to obs (the walrelay_slot_* gauges), with
+// what holds the slot back (holders.go's reading) and the time left before
+// max_slot_wal_keep_size invalidates it. Failures are counted and logged
+// once per failure streak; they never stop the relay. A missing slot is a
+// reading (walrelay_slot_exists 0), not a failure.
+func pollSlot(ctx context.Context, opts Options, obs Observer) {
 	rc, log := opts.Replication, opts.Logger
 	slot := rc.Slot
 	shrink := &shrinkWindow{span: shrinkSpan, min: shrinkMin}
 	held := &holderLog{after: opts.SlotHolderAlertAfter, slot: slot, log: log}
-	m.slotHolderAlertAfter.Set(opts.SlotHolderAlertAfter.Seconds())
 	periodic{dsn: rc.DSN, password: rc.PasswordSource, interval: opts.SlotMetricsInterval, timeout: max(opts.SlotMetricsInterval, 5*time.Second), atOnce: true,
 		run: func(ctx context.Context, conn *pgconn.PgConn) error {
 			// On an ordinary connection: it works while the replication stream
@@ -72,30 +32,31 @@ func pollSlot(ctx context.Context, opts Options, m *metrics) {
 			switch {
 			case errors.Is(err, replication.ErrSlotMissing):
 				shrink.reset()
-				m.observeSlot(slotState{})
-				m.slotHolderAge.Set(0)
-				m.slotWALTimeLeft.Set(-1)
+				obs.SlotPolled(nil)
+				obs.SlotHeldBack(0, opts.SlotHolderAlertAfter)
+				obs.SlotWALTimeLeft(0, false)
 				return nil
 			case err != nil:
 				return err
 			}
-			m.observeSlot(slotStateOf(s))
-			left := -1.0
+			obs.SlotPolled(&s)
+			var left time.Duration
+			known := false
 			if s.SafeWALSize == nil {
 				shrink.reset()
-			} else if d, ok := replication.TimeLeft(s, shrink.add(time.Now(), float64(*s.SafeWALSize))); ok {
-				left = d.Seconds()
+			} else {
+				left, known = replication.TimeLeft(s, shrink.add(time.Now(), float64(*s.SafeWALSize)))
 			}
-			m.slotWALTimeLeft.Set(left)
+			obs.SlotWALTimeLeft(left, known)
 			h, err := replication.ReadHolders(ctx, q, s)
 			if err != nil {
 				return err
 			}
-			m.slotHolderAge.Set(held.observe(h).Seconds())
+			obs.SlotHeldBack(held.observe(h), opts.SlotHolderAlertAfter)
 			return nil
 		},
 		failed: func(err error, first bool) {
-			m.slotPollErrors.Inc()
+			obs.SlotPollFailed()
 			if first {
 				log.Warn("reading pg_replication_slots failed; the walrelay_slot_* metrics are stale until it works again",
 					"slot", slot, "error", err)
@@ -187,16 +148,17 @@ func (l *holderLog) observe(h replication.Holders) time.Duration {
 }
 
 // startSlotPoll starts pollSlot for the slot unless
-// opts.SlotMetricsInterval is 0, and returns the function that stops it.
-func startSlotPoll(ctx context.Context, opts Options, m *metrics) (stop func()) {
-	if opts.SlotMetricsInterval <= 0 {
+// opts.SlotMetricsInterval is 0 or no Observer would see its readings, and
+// returns the function that stops it.
+func startSlotPoll(ctx context.Context, opts Options, obs Observer) (stop func()) {
+	if opts.SlotMetricsInterval <= 0 || opts.Observer == nil {
 		return func() {}
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pollSlot(pctx, opts, m)
+		pollSlot(pctx, opts, obs)
 	}()
 	return func() {
 		cancel()

@@ -24,7 +24,7 @@ import (
 type standby struct {
 	interval time.Duration
 	slot     string
-	m        *metrics
+	obs      Observer
 	log      *slog.Logger
 
 	mu     sync.Mutex
@@ -32,8 +32,8 @@ type standby struct {
 	holder string    // while standing by: why, naming the walsender that holds the slot
 }
 
-func newStandby(interval time.Duration, slot string, m *metrics, log *slog.Logger) *standby {
-	return &standby{interval: interval, slot: slot, m: m, log: log}
+func newStandby(interval time.Duration, slot string, obs Observer, log *slog.Logger) *standby {
+	return &standby{interval: interval, slot: slot, obs: obs, log: log}
 }
 
 // after is called when a session ended with the retryable err. It sets the
@@ -46,18 +46,18 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 		s.holder = err.Error()
 		if s.since.IsZero() {
 			s.since = time.Now()
-			s.m.reconnects.WithLabelValues("slot_in_use").Inc()
+			s.obs.Reconnecting(ReconnectSlotInUse)
 			s.log.Warn("replication slot is in use by another process; standing by (readiness false) and trying it again at a fixed interval until it is free",
 				"slot", s.slot, "error", err, "retry_interval", s.interval.String())
 		} else {
 			s.log.Debug("replication slot still in use; standing by", "slot", s.slot, "error", err)
 		}
-		s.m.setRole(roleStandby)
+		s.obs.Role(RoleStandby)
 		return retry.Jitter(s.interval), true
 	}
 	s.since, s.holder = time.Time{}, ""
-	s.m.setRole("")
-	s.m.reconnects.WithLabelValues("connection").Inc()
+	s.obs.Role("")
+	s.obs.Reconnecting(ReconnectConnection)
 	s.log.Warn("replication stream lost; reconnecting", "slot", s.slot, "error", err, "retry_in", backoff.String())
 	return backoff, false
 }
@@ -67,7 +67,7 @@ func (s *standby) after(err error, backoff time.Duration) (wait time.Duration, s
 func (s *standby) streaming() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.setRole(roleActive)
+	s.obs.Role(RoleActive)
 	s.holder = ""
 	if !s.since.IsZero() {
 		s.log.Info("took over the replication slot; active", "slot", s.slot, "standby_for", time.Since(s.since).Round(time.Millisecond).String())

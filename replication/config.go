@@ -116,9 +116,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// SettingError is a Config value Validate refuses. Setting is the key of
-// walrelay's setting (postgres-dsn, slot, publication, table,
-// status-interval); Err says why.
+// SettingError is a Config value that cannot work. Setting is the Config
+// field (DSN, Slot, Publication, Tables, StatusInterval, PasswordSource);
+// Err says why.
 type SettingError struct {
 	Setting string
 	Err     error
@@ -127,18 +127,18 @@ type SettingError struct {
 func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
 func (e *SettingError) Unwrap() error { return e.Err }
 
-// SettingKeys returns the key of the setting to change, Setting.
-func (e *SettingError) SettingKeys() []string { return []string{e.Setting} }
+// Fields returns the field to change, as replication.Config.<Setting>.
+func (e *SettingError) Fields() []string { return configFields(e.Setting) }
 
 // Validate reports a configuration that cannot work as a *SettingError.
 func (c Config) Validate() error {
 	if c.DSN == "" {
-		return &SettingError{"postgres-dsn", errors.New("required: set the Postgres DSN")}
+		return &SettingError{"DSN", errors.New("required: set the Postgres DSN")}
 	}
 	if _, err := pgconn.ParseConfig(c.DSN); err != nil {
-		return &SettingError{"postgres-dsn", err}
+		return &SettingError{"DSN", err}
 	}
-	for _, n := range []struct{ key, v string }{{"slot", c.Slot}, {"publication", c.Publication}} {
+	for _, n := range []struct{ key, v string }{{"Slot", c.Slot}, {"Publication", c.Publication}} {
 		if n.v == "" {
 			continue
 		}
@@ -149,20 +149,20 @@ func (c Config) Validate() error {
 	if n := c.Slot; n != "" {
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-				return &SettingError{"slot", fmt.Errorf("%q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. %s", n, suggestSlot(n))}
+				return &SettingError{"Slot", fmt.Errorf("%q may contain only lower case letters, digits and '_' (Postgres' rule for slot names); choose e.g. %s", n, suggestSlot(n))}
 			}
 		}
 	}
 	for _, t := range c.Tables {
 		if _, err := ParseTable(t); err != nil {
-			return &SettingError{"table", err}
+			return &SettingError{"Tables", err}
 		}
 	}
 	if c.StatusInterval < 0 || c.KeepaliveInterval < 0 || c.ShutdownTimeout < 0 || c.Batches < 0 || c.BatchBytes < 0 {
-		return &SettingError{"status-interval", errors.New("replication intervals and sizes must not be negative")}
+		return &SettingError{"StatusInterval", errors.New("replication intervals and sizes must not be negative")}
 	}
 	if c.SlotCreateTimeout < 0 {
-		return &SettingError{"slot-create-timeout", errors.New("must not be negative (0: no limit)")}
+		return &SettingError{"SlotCreateTimeout", errors.New("must not be negative (0: no limit)")}
 	}
 	return nil
 }

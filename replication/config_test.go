@@ -45,12 +45,12 @@ func TestConfigValidate(t *testing.T) {
 		key    string // SettingError.Setting; "" means valid
 	}{
 		{"valid", func(*Config) {}, ""},
-		{"no dsn", func(c *Config) { c.DSN = "" }, "postgres-dsn"},
-		{"bad dsn", func(c *Config) { c.DSN = "postgres://u@h:port/db" }, "postgres-dsn"},
-		{"upper case slot", func(c *Config) { c.Slot = "Walrelay" }, "slot"},
-		{"long publication", func(c *Config) { c.Publication = string(make([]byte, 64)) }, "publication"},
-		{"bad table", func(c *Config) { c.Tables = []string{"a.b.c"} }, "table"},
-		{"negative interval", func(c *Config) { c.StatusInterval = -1 }, "status-interval"},
+		{"no dsn", func(c *Config) { c.DSN = "" }, "DSN"},
+		{"bad dsn", func(c *Config) { c.DSN = "postgres://u@h:port/db" }, "DSN"},
+		{"upper case slot", func(c *Config) { c.Slot = "Walrelay" }, "Slot"},
+		{"long publication", func(c *Config) { c.Publication = string(make([]byte, 64)) }, "Publication"},
+		{"bad table", func(c *Config) { c.Tables = []string{"a.b.c"} }, "Tables"},
+		{"negative interval", func(c *Config) { c.StatusInterval = -1 }, "StatusInterval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,8 +67,8 @@ func TestConfigValidate(t *testing.T) {
 			if !errors.As(err, &se) || se.Setting != tc.key || !strings.HasPrefix(err.Error(), tc.key+": ") {
 				t.Fatalf("err = %v, want a *SettingError for %q", err, tc.key)
 			}
-			if keys := se.SettingKeys(); len(keys) != 1 || keys[0] != tc.key {
-				t.Errorf("SettingKeys() = %q, want [%s]", keys, tc.key)
+			if fields := se.Fields(); len(fields) != 1 || fields[0] != "replication.Config."+tc.key {
+				t.Errorf("Fields() = %q, want [replication.Config.%s]", fields, tc.key)
 			}
 		})
 	}

@@ -64,7 +64,7 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("postgres-dsn: %w", err)
+		return nil, &SettingError{Setting: "DSN", Err: err}
 	}
 	if pc.RuntimeParams == nil {
 		pc.RuntimeParams = map[string]string{}
@@ -77,7 +77,7 @@ func connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		if note := DSNPooler(pc); note != "" {
 			// The pooler's own refusal says nothing about the cause.
-			return nil, &PrereqError{Check: "connect", Problem: err.Error(), Fix: note, Settings: []string{"postgres-dsn"}, Err: err}
+			return nil, &PrereqError{Check: "connect", Problem: err.Error(), Fix: note, Config: []string{"DSN"}, Err: err}
 		}
 		return nil, ExplainConnect(err, pc, true)
 	}
@@ -122,11 +122,11 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 	}
 	user, db := pgx.Identifier{cfg.User}.Sanitize(), cfg.Database
 	var fix string
-	var settings []string
+	var fields []string
 	switch {
 	case pgErr.Code == pgerrcode.InvalidPassword:
 		fix = fmt.Sprintf("check the user and password in the Postgres DSN (or PGPASSWORD/.pgpass); a superuser sets it with ALTER ROLE %s PASSWORD '...';", user)
-		settings = []string{"postgres-dsn"}
+		fields = []string{"DSN"}
 	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification && strings.Contains(pgErr.Message, "not permitted to log in"):
 		fix = fmt.Sprintf("run ALTER ROLE %s WITH LOGIN; as a superuser", user)
 	case pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
@@ -135,11 +135,11 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 		fix = fmt.Sprintf("logical replication needs it: on self-managed Postgres, Cloud SQL, AlloyDB, Azure, Neon and Supabase run ALTER ROLE %s WITH REPLICATION; as an administrator; on Amazon RDS and Aurora run GRANT rds_replication TO %s; as the master user, with rds.logical_replication = 1 in the (cluster) parameter group", user, user)
 	case pgErr.Code == pgerrcode.InvalidCatalogName:
 		fix = fmt.Sprintf("check the database name in the Postgres DSN; database %q does not exist", db)
-		settings = []string{"postgres-dsn"}
+		fields = []string{"DSN"}
 	default:
 		return &UnreachableError{Err: err}
 	}
-	return &PrereqError{Check: "connect", Problem: err.Error(), Fix: fix, Settings: settings, Err: err}
+	return &PrereqError{Check: "connect", Problem: err.Error(), Fix: fix, Config: fields, Err: err}
 }
 
 // Connect opens an ordinary (not replication) connection to dsn with src's
@@ -147,7 +147,7 @@ func ExplainConnect(err error, cfg *pgconn.Config, replication bool) error {
 func Connect(ctx context.Context, dsn string, src PasswordSource) (*pgconn.PgConn, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
+		return nil, &SettingError{Setting: "DSN", Err: err}
 	}
 	conn, err := ConnectConfig(ctx, pc, src)
 	if err != nil {
@@ -164,5 +164,5 @@ type UnreachableError struct{ Err error }
 func (e *UnreachableError) Error() string {
 	return e.Err.Error() + " (check the host and port in the Postgres DSN and that Postgres is up)"
 }
-func (e *UnreachableError) Unwrap() error         { return e.Err }
-func (e *UnreachableError) SettingKeys() []string { return []string{"postgres-dsn"} }
+func (e *UnreachableError) Unwrap() error    { return e.Err }
+func (e *UnreachableError) Fields() []string { return configFields("DSN") }

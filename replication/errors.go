@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walrelay/walrelay/internal/fieldref"
 )
 
 // ErrSlotInUse reports that another process streams from the slot.
@@ -29,10 +31,10 @@ type PrereqError struct {
 	Check   string // short name: connect, wal_level, privilege, table, publication, slot
 	Problem string
 	Fix     string
-	// Settings are the keys of walrelay's settings that Fix points at (e.g.
-	// "postgres-dsn"), the main one first; none when the fix is in Postgres.
-	Settings []string
-	Err      error // the underlying error, if any
+	// Config are the Config fields that Fix points at ("DSN", "Slot"), the
+	// main one first; none when the fix is in Postgres.
+	Config []string
+	Err    error // the underlying error, if any
 }
 
 // ErrMissing is the cause of a *PrereqError for an outbox table, publication
@@ -65,8 +67,11 @@ func (e *PrereqError) Error() string {
 // Unwrap returns the underlying error, if any.
 func (e *PrereqError) Unwrap() error { return e.Err }
 
-// SettingKeys returns Settings.
-func (e *PrereqError) SettingKeys() []string { return e.Settings }
+// Fields returns Config as replication.Config.<field>.
+func (e *PrereqError) Fields() []string { return configFields(e.Config...) }
+
+// configFields returns the fields of Config as replication.Config.<field>.
+func configFields(names ...string) []string { return fieldref.Of("replication.Config", names...) }
 
 // IsRetryable reports whether err is a known transient failure worth a
 // reconnect with backoff: a lost or refused connection (network errors, EOF,

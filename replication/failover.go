@@ -112,7 +112,7 @@ func ReadFailoverHealth(ctx context.Context, dsn, slot string, src PasswordSourc
 	var out FailoverHealth
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return out, &SettingError{Setting: "postgres-dsn", Err: err}
+		return out, &SettingError{Setting: "DSN", Err: err}
 	}
 	hosts := append([]*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}, pc.Fallbacks...)
 	for _, h := range hosts {

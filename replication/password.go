@@ -60,11 +60,11 @@ func (f PasswordFile) Password(ctx context.Context, _ string, _ uint16, _ string
 		return "", fmt.Errorf("read the Postgres password file: %w", ctx.Err())
 	}
 	if r.err != nil {
-		return "", &SettingError{Setting: "postgres-password-file", Err: r.err}
+		return "", &SettingError{Setting: "PasswordSource", Err: r.err}
 	}
 	pw := strings.TrimRight(string(r.b), "\r\n")
 	if pw == "" {
-		return "", &SettingError{Setting: "postgres-password-file", Err: fmt.Errorf("%s is empty", f)}
+		return "", &SettingError{Setting: "PasswordSource", Err: fmt.Errorf("%s is empty", f)}
 	}
 	return pw, nil
 }
@@ -140,7 +140,7 @@ func sessionUTC(params map[string]string) map[string]string {
 func OpenPgx(ctx context.Context, dsn, app string, src PasswordSource) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &SettingError{Setting: "postgres-dsn", Err: err}
+		return nil, &SettingError{Setting: "DSN", Err: err}
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok && app != "" {
 		cfg.RuntimeParams["application_name"] = app
@@ -185,7 +185,7 @@ func perHost[T any](ctx context.Context, pc *pgconn.Config, src PasswordSource, 
 		}
 	}
 	if tried == 0 {
-		return zero, &SettingError{Setting: "postgres-dsn", Err: errors.New("a token must not travel in clear text, and the DSN reaches its server without TLS: set sslmode=require (or verify-full with sslrootcert)")}
+		return zero, &SettingError{Setting: "DSN", Err: errors.New("a token must not travel in clear text, and the DSN reaches its server without TLS: set sslmode=require (or verify-full with sslrootcert)")}
 	}
 	return zero, errors.Join(errs...)
 }

@@ -175,7 +175,7 @@ func TestPerHostPasswords(t *testing.T) {
 		plain := &pgconn.Config{Host: "db.example", Port: 5432}
 		_, err := perHost(context.Background(), plain, &askedSource{}, func(*pgconn.FallbackConfig, string) (int, error) { return 0, nil })
 		var se *SettingError
-		if !errors.As(err, &se) || se.Setting != "postgres-dsn" || TLSReachable(plain) {
+		if !errors.As(err, &se) || se.Setting != "DSN" || TLSReachable(plain) {
 			t.Errorf("a DSN without TLS: %v, want a postgres-dsn *SettingError", err)
 		}
 	})

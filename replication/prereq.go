@@ -88,7 +88,7 @@ func (c *Conn) checkServer(ctx context.Context) error {
 	c.version, _ = strconv.Atoi(version)
 	if c.Standby && c.version < 160000 {
 		return &PrereqError{Check: "server_version", Problem: fmt.Sprintf("the server is a standby on Postgres %s: logical decoding on a standby needs 16 or newer", version),
-			Fix: "connect walrelay to the primary, or upgrade to Postgres 16+", Settings: []string{"postgres-dsn"}}
+			Fix: "connect walrelay to the primary, or upgrade to Postgres 16+", Config: []string{"DSN"}}
 	}
 	return facts.checkPrivilege()
 }
@@ -109,8 +109,8 @@ func (c *Conn) checkTable(ctx context.Context, t TableName) (uint32, error) {
 	}
 	if oid == 0 {
 		return 0, &PrereqError{Check: "table", Problem: fmt.Sprintf("outbox table %s does not exist", t),
-			Fix:      fmt.Sprintf("create it with walrelay migrate for table %s, or set the outbox table to yours (if you renamed or moved it, to its new name, or rename it back)", t),
-			Settings: []string{"table"}, Err: ErrMissing}
+			Fix:    fmt.Sprintf("create it with walrelay migrate for table %s, or set the outbox table to yours (if you renamed or moved it, to its new name, or rename it back)", t),
+			Config: []string{"Tables"}, Err: ErrMissing}
 	}
 	return uint32(oid), nil
 }
@@ -190,10 +190,10 @@ func Diagnose(ctx context.Context, cfg Config) ([]Finding, error) {
 			return out, err
 		}
 		if len(warnings) == 0 {
-			add("slot-failover", nil, "synchronized_standby_slots is set on the primary")
+			add("slot_failover", nil, "synchronized_standby_slots is set on the primary")
 		}
 		for _, w := range warnings {
-			out = append(out, Finding{Check: "slot-failover", Note: w})
+			out = append(out, Finding{Check: "slot_failover", Note: w})
 		}
 		checks, err := CheckStandbys(ctx, cfg.DSN, cfg.Slot, cfg.PasswordSource)
 		if err != nil {

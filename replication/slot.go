@@ -242,8 +242,8 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 				return err
 			}
 			return &PrereqError{Check: "slot", Problem: fmt.Sprintf("replication slot %q does not exist", c.cfg.Slot),
-				Fix:      fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or let walrelay create missing slots (only events written after its creation are relayed)", slot),
-				Settings: []string{"create-slot"}, Err: ErrMissing}
+				Fix:    fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or let walrelay create missing slots (only events written after its creation are relayed)", slot),
+				Config: []string{"NoCreateSlot"}, Err: ErrMissing}
 		}
 		if m := c.cfg.Marker; m != nil {
 			if err := m.Mark(ctx); err != nil {
@@ -285,14 +285,14 @@ func (c *Conn) ensureSlot(ctx context.Context) error {
 	switch {
 	case s.Type != "logical" || s.Plugin != "pgoutput":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is a %s slot with plugin %q, not a pgoutput logical slot", c.cfg.Slot, s.Type, s.Plugin),
-			Fix: "choose another slot name, or drop that slot", Settings: []string{"slot"}}
+			Fix: "choose another slot name, or drop that slot", Config: []string{"Slot"}}
 	case s.Temporary:
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q is temporary on this server (a standby's synchronized copy not persisted before a promotion, or another session's slot): walrelay cannot resume from it", c.cfg.Slot),
-			Fix: "drop it and recover from the outbox table, or choose another slot name", Settings: []string{"slot"},
+			Fix: "drop it and recover from the outbox table, or choose another slot name", Config: []string{"Slot"},
 			Err: &SlotLostError{Slot: c.cfg.Slot, System: c.System}}
 	case !s.InCurrentDatabase:
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q belongs to another database", c.cfg.Slot),
-			Fix: "connect to the slot's database, or choose another slot name", Settings: []string{"postgres-dsn", "slot"}}
+			Fix: "connect to the slot's database, or choose another slot name", Config: []string{"DSN", "Slot"}}
 	case s.WALStatus == "lost":
 		return &PrereqError{Check: "slot", Problem: fmt.Sprintf("slot %q was invalidated (wal_status lost, max_slot_wal_keep_size exceeded): WAL it needed is gone and events after its position may be missing", c.cfg.Slot),
 			Fix: "recover with a replay since the last delivered event (it re-publishes the rows committed since then, drops the lost slot and creates the new one), then start walrelay again; raise max_slot_wal_keep_size",
@@ -363,13 +363,13 @@ func (c *Conn) checkFailover(ctx context.Context, s Slot, exists bool) error {
 		return fmt.Errorf("check server version: %w", err)
 	}
 	if v < failoverMinVersion {
-		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("a failover slot needs Postgres 17 or newer, the server is %d", v),
-			Fix: "turn slot failover off, or upgrade Postgres to 17+", Settings: []string{"slot-failover"}}
+		return &PrereqError{Check: "slot_failover", Problem: fmt.Sprintf("a failover slot needs Postgres 17 or newer, the server is %d", v),
+			Fix: "turn slot failover off, or upgrade Postgres to 17+", Config: []string{"SlotFailover"}}
 	}
 	if exists && (s.Failover == nil || !*s.Failover) {
-		return &PrereqError{Check: "slot-failover", Problem: fmt.Sprintf("slot %q exists and is not a failover slot", c.cfg.Slot),
-			Fix:      fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or turn slot failover off", pgx.Identifier{c.cfg.Slot}.Sanitize()),
-			Settings: []string{"slot-failover"}}
+		return &PrereqError{Check: "slot_failover", Problem: fmt.Sprintf("slot %q exists and is not a failover slot", c.cfg.Slot),
+			Fix:    fmt.Sprintf("stop walrelay and run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=... replication=database\"), or turn slot failover off", pgx.Identifier{c.cfg.Slot}.Sanitize()),
+			Config: []string{"SlotFailover"}}
 	}
 	return nil
 }

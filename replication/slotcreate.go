@@ -82,9 +82,9 @@ func (c *Conn) createSlot(ctx context.Context, create func(context.Context) (pgl
 	if err != nil && w.timedOut() {
 		last := w.lastWait()
 		return res, &PrereqError{Check: "slot",
-			Problem:  fmt.Sprintf("creating replication slot %q gave up after %s waiting for %s", c.cfg.Slot, c.cfg.SlotCreateTimeout, last),
-			Fix:      "end those transactions (COMMIT or ROLLBACK them, or SELECT pg_terminate_backend(<pid>)) and start walrelay again, or raise slot-create-timeout",
-			Settings: []string{"slot-create-timeout"}, Err: err}
+			Problem: fmt.Sprintf("creating replication slot %q gave up after %s waiting for %s", c.cfg.Slot, c.cfg.SlotCreateTimeout, last),
+			Fix:     "end those transactions (COMMIT or ROLLBACK them, or SELECT pg_terminate_backend(<pid>)) and start walrelay again, or allow the slot creation more time",
+			Config:  []string{"SlotCreateTimeout"}, Err: err}
 	}
 	return res, err
 }

@@ -97,7 +97,7 @@ type TimeColumnError struct {
 
 func (e *TimeColumnError) Error() string {
 	if e.Type != "" {
-		return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; fix: set created-at-column to the table's timestamp column", e.Column, e.Table, e.Type)
+		return fmt.Sprintf("column %q of outbox table %s is %s, not a timestamp; fix: name the table's timestamp column as its time column", e.Column, e.Table, e.Type)
 	}
 	add := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s timestamptz NOT NULL DEFAULT now()", e.Table, pgx.Identifier{e.Column}.Sanitize())
 	if e.Column == DefaultTimeColumn {
@@ -105,12 +105,12 @@ func (e *TimeColumnError) Error() string {
 	} else {
 		add += " adds it ("
 	}
-	return fmt.Sprintf("outbox table %s has no column %q, which status, replay and prune select rows by (Debezium's outbox table has none); fix: %s: instant on Postgres 11+, rows already there get the time of the change, Debezium's outbox router ignores the column), or set created-at-column to the table's timestamp column",
+	return fmt.Sprintf("outbox table %s has no column %q, which status, replay and prune select rows by (Debezium's outbox table has none); fix: %s: instant on Postgres 11+, rows already there get the time of the change, Debezium's outbox router ignores the column), or name the table's timestamp column as its time column",
 		e.Table, e.Column, add)
 }
 
-// SettingKeys names the setting that chooses the time column.
-func (e *TimeColumnError) SettingKeys() []string { return []string{"created-at-column"} }
+// Fields names the field that chooses the time column.
+func (e *TimeColumnError) Fields() []string { return []string{"replication.TimeColumnError.Column"} }
 
 // CheckTimeColumn reads from the catalog whether table (schema.name) has
 // the time column timeCol, of a timestamp type (or date): nil when it has,

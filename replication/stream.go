@@ -479,9 +479,9 @@ func skippedPublication(n *pgproto3.NoticeResponse, publication string) error {
 		return nil
 	}
 	return &PrereqError{Check: "publication",
-		Problem:  fmt.Sprintf("publication %q is missing at this point in the WAL (%s): Postgres skips the changes it would publish, so events after the slot's position would never be relayed", publication, n.Message),
-		Fix:      "recreate the publication, then recover the outbox rows committed since it was dropped from the table (replay)",
-		Settings: []string{"publication"}, Err: ErrMissing}
+		Problem: fmt.Sprintf("publication %q is missing at this point in the WAL (%s): Postgres skips the changes it would publish, so events after the slot's position would never be relayed", publication, n.Message),
+		Fix:     "recreate the publication, then recover the outbox rows committed since it was dropped from the table (replay)",
+		Config:  []string{"Publication"}, Err: ErrMissing}
 }
 
 // slotHolder describes the walsender that holds the slot (", held by

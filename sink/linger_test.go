@@ -59,7 +59,7 @@ func TestTransactionalIDOnlyThroughTheOption(t *testing.T) {
 
 func TestBatchingRefusesUnknownMode(t *testing.T) {
 	err := Config{Brokers: []string{"127.0.0.1:1"}, Batching: "eager"}.Validate()
-	if se, ok := err.(*SettingError); !ok || se.Setting != "batching" {
+	if se, ok := err.(*SettingError); !ok || se.Setting != "Batching" {
 		t.Fatalf("got %v, want a *SettingError for batching", err)
 	}
 }

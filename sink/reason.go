@@ -119,9 +119,9 @@ func (e *PoisonError) Error() string {
 
 func (e *PoisonError) Unwrap() error { return e.Err }
 
-// SettingKeys returns the poison policy's key: dead-lettering such events
-// instead of stopping is the setting "on-poison".
-func (e *PoisonError) SettingKeys() []string { return []string{"on-poison"} }
+// Fields returns the poison policy's field: dead-lettering such events
+// instead of stopping is relay.Options.OnPoison.
+func (e *PoisonError) Fields() []string { return []string{"relay.Options.OnPoison"} }
 
 // PoisonOf says why ev's values cannot become a valid record, if they cannot.
 func PoisonOf(ev *decoder.Event) (DeadLetterReason, error) {

@@ -155,7 +155,7 @@ func TestSchemaConfigValidated(t *testing.T) {
 	cfg := sink.Config{Brokers: []string{"127.0.0.1:9092"}, Schema: schema.Config{
 		Rules: []schema.Rule{{Table: "public.outbox", Value: schema.Binding{Subject: "s"}}}}}
 	var se *schema.SettingError
-	if err := cfg.Validate(); !errors.As(err, &se) || se.Setting != "schema-registry-url" {
+	if err := cfg.Validate(); !errors.As(err, &se) || se.Setting != "URLs" {
 		t.Fatalf("Validate: %v", err)
 	}
 	if _, err := sink.New(cfg); !errors.As(err, &se) {

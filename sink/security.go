@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/walrelay/walrelay/cloudauth"
+	"github.com/walrelay/walrelay/internal/fieldref"
 	"github.com/walrelay/walrelay/internal/tlsfiles"
 )
 
@@ -109,10 +110,9 @@ func (c SASLConfig) mechanism() string {
 	return m
 }
 
-// SettingError is a setting that cannot work. Setting names it as
-// walrelay's settings do, without the kafka- prefix ("brokers",
-// "tls-ca-file", "sasl-password", "table-topics" for TableTopics); Err says
-// why. Related names other settings involved, the same way.
+// SettingError is a Config value that cannot work. Setting is its field
+// ("Brokers", "TLS.CAFile", "SASL.Password", "TableTopics"); Err says why.
+// Related names other fields involved, the same way.
 type SettingError struct {
 	Setting string
 	Related []string
@@ -122,35 +122,14 @@ type SettingError struct {
 func (e *SettingError) Error() string { return "kafka " + e.Setting + ": " + e.Err.Error() }
 func (e *SettingError) Unwrap() error { return e.Err }
 
-// SettingKeys returns the keys of walrelay's settings to change, Setting's
-// first: the kafka- prefix added where walrelay's key has it.
-func (e *SettingError) SettingKeys() []string {
-	keys := settingKeys(e.Setting)
-	for _, r := range e.Related {
-		keys = append(keys, settingKeys(r)...)
-	}
-	return keys
+// Fields returns the fields to change, Setting's first, as
+// sink.Config.<field>.
+func (e *SettingError) Fields() []string {
+	return configFields(append([]string{e.Setting}, e.Related...)...)
 }
 
-// settingKeys maps a SettingError.Setting to the keys of walrelay's settings.
-func settingKeys(setting string) []string {
-	switch setting {
-	case "compression", "topic", "dlq-topic", "batching", "linger", "batch-max-bytes":
-		return []string{setting}
-	case "table-topics":
-		return []string{"tables"}
-	case "max-buffered":
-		return []string{"max-buffered-bytes"}
-	case "topic-lookup":
-		return []string{"kafka-timeout"}
-	case "topic-partitions":
-		return []string{"topic-partitions", "topic-replication-factor"}
-	}
-	if strings.HasPrefix(setting, "sasl-") {
-		return []string{setting}
-	}
-	return []string{"kafka-" + setting}
-}
+// configFields returns the fields of Config as sink.Config.<field>.
+func configFields(names ...string) []string { return fieldref.Of("sink.Config", names...) }
 
 func settingErr(setting, format string, a ...any) error {
 	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}
@@ -161,10 +140,10 @@ func (c Config) validateSecurity() error {
 	t, s := c.TLS, c.SASL
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		if t.CertFile == "" {
-			return &SettingError{Setting: "tls-cert-file", Related: []string{"tls-key-file"},
+			return &SettingError{Setting: "TLS.CertFile", Related: []string{"TLS.KeyFile"},
 				Err: errors.New("a client key is set without its certificate: set the client certificate too")}
 		}
-		return &SettingError{Setting: "tls-key-file", Related: []string{"tls-cert-file"},
+		return &SettingError{Setting: "TLS.KeyFile", Related: []string{"TLS.CertFile"},
 			Err: errors.New("a client certificate is set without its private key: set the client key too")}
 	}
 	mech := s.mechanism()
@@ -172,32 +151,32 @@ func (c Config) validateSecurity() error {
 	case "":
 		switch {
 		case s.Username != "" || s.Password != "":
-			return settingErr("sasl-mechanism", "a SASL username or password is set but no mechanism: set the SASL mechanism")
+			return settingErr("SASL.Mechanism", "a SASL username or password is set but no mechanism: set the SASL mechanism")
 		case s.OAuthTokenFile != "":
-			return &SettingError{Setting: "sasl-mechanism", Related: []string{"sasl-oauth-token-file"},
+			return &SettingError{Setting: "SASL.Mechanism", Related: []string{"SASL.OAuthTokenFile"},
 				Err: errors.New("an OAuth token file is set but no mechanism: set the SASL mechanism to OAUTHBEARER")}
 		}
 	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
 		if s.Username == "" {
-			return settingErr("sasl-username", "%s needs a username: set the SASL username", mech)
+			return settingErr("SASL.Username", "%s needs a username: set the SASL username", mech)
 		}
 		if s.Password == "" && s.PasswordFile == "" {
-			return settingErr("sasl-password", "%s needs a password: set the SASL password", mech)
+			return settingErr("SASL.Password", "%s needs a password: set the SASL password", mech)
 		}
 	case MechanismOAuthBearer:
 		if s.OAuthTokenFile == "" {
-			return settingErr("sasl-oauth-token-file", "OAUTHBEARER needs a token file: set the OAuth token file")
+			return settingErr("SASL.OAuthTokenFile", "OAUTHBEARER needs a token file: set the OAuth token file")
 		}
 	case MechanismAWSMSKIAM:
 		if !t.enabled() {
-			return &SettingError{Setting: "tls", Related: []string{"sasl-mechanism"},
+			return &SettingError{Setting: "TLS", Related: []string{"SASL.Mechanism"},
 				Err: errors.New("AWS_MSK_IAM signs requests that must only go over TLS: turn Kafka TLS on")}
 		}
 	default:
-		return settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", s.Mechanism)
+		return settingErr("SASL.Mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", s.Mechanism)
 	}
 	if mech != MechanismOAuthBearer && s.OAuthTokenFile != "" {
-		return &SettingError{Setting: "sasl-oauth-token-file", Related: []string{"sasl-mechanism"},
+		return &SettingError{Setting: "SASL.OAuthTokenFile", Related: []string{"SASL.Mechanism"},
 			Err: fmt.Errorf("only used with the SASL mechanism OAUTHBEARER, not %s", mech)}
 	}
 	return nil
@@ -215,7 +194,7 @@ func securityOpts(c Config, log *slog.Logger) ([]kgo.Opt, error) {
 		if tc.InsecureSkipVerify {
 			log.Warn("kafka TLS certificate verification is disabled: anyone between walrelay and the brokers "+
 				"can read and change the traffic; give the CA that signs the brokers' certificates instead",
-				"setting", "kafka-tls-insecure-skip-verify")
+				"field", "TLS.InsecureSkipVerify")
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
@@ -225,7 +204,7 @@ func securityOpts(c Config, log *slog.Logger) ([]kgo.Opt, error) {
 	}
 	if mech != nil {
 		if tc == nil && mech.Name() == MechanismPlain {
-			log.Warn("SASL PLAIN without TLS sends the password in clear text; turn Kafka TLS on", "setting", "kafka-tls")
+			log.Warn("SASL PLAIN without TLS sends the password in clear text; turn Kafka TLS on", "field", "TLS")
 		}
 		opts = append(opts, kgo.SASL(mech))
 	}
@@ -242,9 +221,9 @@ func buildTLS(c TLSConfig) (*tls.Config, error) {
 	var fe *tlsfiles.Error
 	if errors.As(err, &fe) {
 		if fe.CA {
-			return nil, settingErr("tls-ca-file", "%w", fe.Err)
+			return nil, settingErr("TLS.CAFile", "%w", fe.Err)
 		}
-		return nil, settingErr("tls-cert-file", "%w", fe.Err)
+		return nil, settingErr("TLS.CertFile", "%w", fe.Err)
 	}
 	return tc, err
 }
@@ -259,11 +238,11 @@ func buildSASL(c SASLConfig) (sasl.Mechanism, error) {
 		}
 		b, err := os.ReadFile(c.PasswordFile)
 		if err != nil {
-			return "", settingErr("sasl-password-file", "read password: %w", err)
+			return "", settingErr("SASL.PasswordFile", "read password: %w", err)
 		}
 		pw := strings.TrimRight(string(b), "\r\n")
 		if pw == "" {
-			return "", settingErr("sasl-password-file", "%s is empty", c.PasswordFile)
+			return "", settingErr("SASL.PasswordFile", "%s is empty", c.PasswordFile)
 		}
 		return pw, nil
 	}
@@ -303,7 +282,7 @@ func buildSASL(c SASLConfig) (sasl.Mechanism, error) {
 		if creds == nil {
 			cfg, err := cloudauth.AWSCredentials(context.Background(), "")
 			if err != nil {
-				return nil, settingErr("sasl-mechanism", "AWS_MSK_IAM: %w", err)
+				return nil, settingErr("SASL.Mechanism", "AWS_MSK_IAM: %w", err)
 			}
 			creds = cfg.Credentials
 		}
@@ -311,7 +290,7 @@ func buildSASL(c SASLConfig) (sasl.Mechanism, error) {
 			return awsAuth(ctx, creds)
 		}), nil
 	}
-	return nil, settingErr("sasl-mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism)
+	return nil, settingErr("SASL.Mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism)
 }
 
 // readToken reads the OAUTHBEARER token file; surrounding white space (a
@@ -319,11 +298,11 @@ func buildSASL(c SASLConfig) (sasl.Mechanism, error) {
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", settingErr("sasl-oauth-token-file", "read token: %w", err)
+		return "", settingErr("SASL.OAuthTokenFile", "read token: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", settingErr("sasl-oauth-token-file", "%s is empty", path)
+		return "", settingErr("SASL.OAuthTokenFile", "%s is empty", path)
 	}
 	return tok, nil
 }
@@ -351,20 +330,20 @@ func (e *AWSCredentialsError) Error() string {
 func (e *AWSCredentialsError) Unwrap() error { return e.Err }
 
 // SecurityError is a connection to Kafka refused for a TLS or SASL reason.
-// Its message says what fixes it, and Settings are the keys of walrelay's
-// settings involved, the main one first; retrying without changing the
-// configuration cannot succeed.
+// Its message says what fixes it, and Config are the Config fields
+// involved ("SASL.Username"), the main one first; retrying without changing
+// the configuration cannot succeed.
 type SecurityError struct {
-	Msg      string
-	Settings []string
-	Err      error
+	Msg    string
+	Config []string
+	Err    error
 }
 
 func (e *SecurityError) Error() string { return e.Msg + ": " + e.Err.Error() }
 func (e *SecurityError) Unwrap() error { return e.Err }
 
-// SettingKeys returns Settings.
-func (e *SecurityError) SettingKeys() []string { return e.Settings }
+// Fields returns Config as sink.Config.<field>.
+func (e *SecurityError) Fields() []string { return configFields(e.Config...) }
 
 // securityError explains err when it is a TLS or SASL failure, else nil.
 func (c Config) securityError(err error) error {
@@ -383,36 +362,36 @@ func (c Config) securityError(err error) error {
 		switch mech {
 		case MechanismOAuthBearer:
 			return &SecurityError{Msg: "kafka: SASL OAUTHBEARER authentication failed (check the token in the OAuth token file)",
-				Settings: []string{"sasl-oauth-token-file"}, Err: err}
+				Config: []string{"SASL.OAuthTokenFile"}, Err: err}
 		case MechanismAWSMSKIAM:
 			return &SecurityError{Msg: "kafka: SASL AWS_MSK_IAM authentication failed (check which AWS identity the default credential chain finds and the IAM policy of the cluster)", Err: err}
 		}
 		return &SecurityError{Msg: fmt.Sprintf("kafka: SASL authentication failed for user %q with %s (check the SASL username and password)", c.SASL.Username, mech),
-			Settings: []string{"sasl-username", "sasl-password"}, Err: err}
+			Config: []string{"SASL.Username", "SASL.Password"}, Err: err}
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return &SecurityError{Msg: fmt.Sprintf("kafka: the broker listener does not enable SASL mechanism %s (set the SASL mechanism to one it enables, or use the listener for it)", mech),
-			Settings: []string{"sasl-mechanism", "kafka-brokers"}, Err: err}
+			Config: []string{"SASL.Mechanism", "Brokers"}, Err: err}
 	case errors.Is(err, kerr.IllegalSaslState) && mech == "":
 		return &SecurityError{Msg: "kafka: the broker listener requires SASL (set the SASL mechanism and its credentials)",
-			Settings: []string{"sasl-mechanism", "sasl-username", "sasl-password"}, Err: err}
+			Config: []string{"SASL.Mechanism", "SASL.Username", "SASL.Password"}, Err: err}
 	case errors.As(err, &unknownCA):
 		return &SecurityError{Msg: "kafka TLS: certificate signed by unknown authority (set the Kafka TLS CA file to the CA that signed the broker's certificate)",
-			Settings: []string{"kafka-tls-ca-file"}, Err: err}
+			Config: []string{"TLS.CAFile"}, Err: err}
 	case errors.As(err, &hostErr):
 		return &SecurityError{Msg: "kafka TLS: the broker's certificate is not valid for the name walrelay dialed (set the Kafka TLS server name to a name in the certificate, or list the brokers by that name)",
-			Settings: []string{"kafka-tls-server-name", "kafka-brokers"}, Err: err}
+			Config: []string{"TLS.ServerName", "Brokers"}, Err: err}
 	case errors.As(err, &invalid):
 		return &SecurityError{Msg: "kafka TLS: the broker's certificate is invalid (renew it, or check the clock)", Err: err}
 	case errors.As(err, &recordErr):
 		return &SecurityError{Msg: "kafka TLS: the broker does not speak TLS on this port (use its TLS listener, or turn Kafka TLS off)",
-			Settings: []string{"kafka-brokers", "kafka-tls"}, Err: err}
+			Config: []string{"Brokers", "TLS"}, Err: err}
 	case errors.As(err, &opErr) && opErr.Op == "remote error" && isClientCertAlert(opErr.Err):
 		return &SecurityError{Msg: "kafka TLS: the broker rejected the client certificate (set the Kafka TLS client certificate and key to a certificate signed by a CA the broker trusts)",
-			Settings: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}, Err: err}
+			Config: []string{"TLS.CertFile", "TLS.KeyFile"}, Err: err}
 	case errors.As(err, &se):
-		return &SecurityError{Msg: "kafka: cannot authenticate", Settings: se.SettingKeys(), Err: err}
+		return &SecurityError{Msg: "kafka: cannot authenticate", Config: append([]string{se.Setting}, se.Related...), Err: err}
 	case errors.As(err, &awsErr):
-		return &SecurityError{Msg: "kafka: cannot authenticate", Settings: []string{"sasl-mechanism"}, Err: err}
+		return &SecurityError{Msg: "kafka: cannot authenticate", Config: []string{"SASL.Mechanism"}, Err: err}
 	}
 	return nil
 }

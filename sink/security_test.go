@@ -116,7 +116,7 @@ func TestValidateSecurity(t *testing.T) {
 		sasl    SASLConfig
 		setting string // "" means valid
 		want    string
-		keys    []string // SettingKeys
+		keys    []string // Fields
 	}{
 		{name: "plaintext"},
 		{name: "tls system roots", tls: TLSConfig{Enabled: true}},
@@ -124,15 +124,15 @@ func TestValidateSecurity(t *testing.T) {
 		{name: "plain", sasl: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p"}},
 		{name: "oauth", sasl: SASLConfig{Mechanism: "OAUTHBEARER", OAuthTokenFile: "/run/token"}},
 		{name: "msk iam", tls: TLSConfig{Enabled: true}, sasl: SASLConfig{Mechanism: "aws-msk-iam"}},
-		{name: "cert without key", tls: TLSConfig{CertFile: "c.pem"}, setting: "tls-key-file", want: "without its private key", keys: []string{"kafka-tls-key-file", "kafka-tls-cert-file"}},
-		{name: "key without cert", tls: TLSConfig{KeyFile: "c.key"}, setting: "tls-cert-file", want: "without its certificate", keys: []string{"kafka-tls-cert-file", "kafka-tls-key-file"}},
-		{name: "unknown mechanism", sasl: SASLConfig{Mechanism: "GSSAPI"}, setting: "sasl-mechanism", want: `"GSSAPI" is not one of`, keys: []string{"sasl-mechanism"}},
-		{name: "scram without password", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"}, setting: "sasl-password", want: "needs a password", keys: []string{"sasl-password"}},
-		{name: "plain without user", sasl: SASLConfig{Mechanism: "PLAIN", Password: "p"}, setting: "sasl-username", want: "needs a username", keys: []string{"sasl-username"}},
-		{name: "oauth without file", sasl: SASLConfig{Mechanism: "OAUTHBEARER"}, setting: "sasl-oauth-token-file", want: "needs a token file", keys: []string{"sasl-oauth-token-file"}},
-		{name: "token with scram", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p", OAuthTokenFile: "/t"}, setting: "sasl-oauth-token-file", want: "only used with", keys: []string{"sasl-oauth-token-file", "sasl-mechanism"}},
-		{name: "credentials without mechanism", sasl: SASLConfig{Username: "u", Password: "p"}, setting: "sasl-mechanism", want: "no mechanism", keys: []string{"sasl-mechanism"}},
-		{name: "msk iam without tls", sasl: SASLConfig{Mechanism: "AWS_MSK_IAM"}, setting: "tls", want: "only go over TLS", keys: []string{"kafka-tls", "sasl-mechanism"}},
+		{name: "cert without key", tls: TLSConfig{CertFile: "c.pem"}, setting: "TLS.KeyFile", want: "without its private key", keys: []string{"sink.Config.TLS.KeyFile", "sink.Config.TLS.CertFile"}},
+		{name: "key without cert", tls: TLSConfig{KeyFile: "c.key"}, setting: "TLS.CertFile", want: "without its certificate", keys: []string{"sink.Config.TLS.CertFile", "sink.Config.TLS.KeyFile"}},
+		{name: "unknown mechanism", sasl: SASLConfig{Mechanism: "GSSAPI"}, setting: "SASL.Mechanism", want: `"GSSAPI" is not one of`, keys: []string{"sink.Config.SASL.Mechanism"}},
+		{name: "scram without password", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"}, setting: "SASL.Password", want: "needs a password", keys: []string{"sink.Config.SASL.Password"}},
+		{name: "plain without user", sasl: SASLConfig{Mechanism: "PLAIN", Password: "p"}, setting: "SASL.Username", want: "needs a username", keys: []string{"sink.Config.SASL.Username"}},
+		{name: "oauth without file", sasl: SASLConfig{Mechanism: "OAUTHBEARER"}, setting: "SASL.OAuthTokenFile", want: "needs a token file", keys: []string{"sink.Config.SASL.OAuthTokenFile"}},
+		{name: "token with scram", sasl: SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p", OAuthTokenFile: "/t"}, setting: "SASL.OAuthTokenFile", want: "only used with", keys: []string{"sink.Config.SASL.OAuthTokenFile", "sink.Config.SASL.Mechanism"}},
+		{name: "credentials without mechanism", sasl: SASLConfig{Username: "u", Password: "p"}, setting: "SASL.Mechanism", want: "no mechanism", keys: []string{"sink.Config.SASL.Mechanism"}},
+		{name: "msk iam without tls", sasl: SASLConfig{Mechanism: "AWS_MSK_IAM"}, setting: "TLS", want: "only go over TLS", keys: []string{"sink.Config.TLS", "sink.Config.SASL.Mechanism"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -148,8 +148,8 @@ func TestValidateSecurity(t *testing.T) {
 			if !errors.As(err, &se) {
 				t.Fatalf("Validate: %v, want a *SettingError", err)
 			}
-			if se.Setting != c.setting || !strings.Contains(err.Error(), c.want) || !slices.Equal(se.SettingKeys(), c.keys) {
-				t.Fatalf("Validate: setting %q, %q, keys %q; want setting %q, %q and keys %q", se.Setting, err, se.SettingKeys(), c.setting, c.want, c.keys)
+			if se.Setting != c.setting || !strings.Contains(err.Error(), c.want) || !slices.Equal(se.Fields(), c.keys) {
+				t.Fatalf("Validate: setting %q, %q, fields %q; want setting %q, %q and fields %q", se.Setting, err, se.Fields(), c.setting, c.want, c.keys)
 			}
 			if strings.Contains(err.Error(), `"p"`) {
 				t.Fatalf("error shows the password: %v", err)
@@ -192,10 +192,10 @@ func TestBuildTLS(t *testing.T) {
 				t.Fatal("InsecureSkipVerify not set")
 			}
 		}},
-		{name: "missing ca file", cfg: TLSConfig{CAFile: filepath.Join(p.dir, "nope.pem")}, setting: "tls-ca-file", want: "no such file"},
-		{name: "ca file without pem", cfg: TLSConfig{CAFile: notPEM}, setting: "tls-ca-file", want: "holds no PEM certificate"},
-		{name: "cert key mismatch", cfg: TLSConfig{CertFile: p.clientCert, KeyFile: p.otherKey}, setting: "tls-cert-file", want: "private key does not match public key"},
-		{name: "missing key file", cfg: TLSConfig{CertFile: p.clientCert, KeyFile: filepath.Join(p.dir, "nope.key")}, setting: "tls-cert-file", want: "no such file"},
+		{name: "missing ca file", cfg: TLSConfig{CAFile: filepath.Join(p.dir, "nope.pem")}, setting: "TLS.CAFile", want: "no such file"},
+		{name: "ca file without pem", cfg: TLSConfig{CAFile: notPEM}, setting: "TLS.CAFile", want: "holds no PEM certificate"},
+		{name: "cert key mismatch", cfg: TLSConfig{CertFile: p.clientCert, KeyFile: p.otherKey}, setting: "TLS.CertFile", want: "private key does not match public key"},
+		{name: "missing key file", cfg: TLSConfig{CertFile: p.clientCert, KeyFile: filepath.Join(p.dir, "nope.key")}, setting: "TLS.CertFile", want: "no such file"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -299,7 +299,7 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if strings.Count(out, "\n") != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"setting":"kafka-tls-insecure-skip-verify"`) {
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"field":"TLS.InsecureSkipVerify"`) {
 		t.Fatalf("want one WARN line naming the setting, got %q", out)
 	}
 	buf.Reset()
@@ -309,7 +309,7 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 	if _, err := securityOpts(Config{SASL: SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "hunter2"}}, log); err != nil {
 		t.Fatal(err)
 	}
-	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "clear text") || !strings.Contains(out, `"setting":"kafka-tls"`) ||
+	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "clear text") || !strings.Contains(out, `"field":"TLS"`) ||
 		strings.Contains(out, "hunter2") {
 		t.Fatalf("PLAIN without TLS: want one WARN line naming the setting, got %q", out)
 	}
@@ -326,20 +326,20 @@ func TestSecurityErrorMessages(t *testing.T) {
 		keys []string
 	}{
 		{"auth failed", scram, wrap(kerr.SaslAuthenticationFailed), `SASL authentication failed for user "relay" with SCRAM-SHA-512 (check the SASL username and password)`,
-			[]string{"sasl-username", "sasl-password"}},
+			[]string{"SASL.Username", "SASL.Password"}},
 		{"oauth failed", Config{SASL: SASLConfig{Mechanism: "OAUTHBEARER"}}, kerr.SaslAuthenticationFailed, "check the token in the OAuth token file",
-			[]string{"sasl-oauth-token-file"}},
+			[]string{"SASL.OAuthTokenFile"}},
 		{"msk iam failed", Config{SASL: SASLConfig{Mechanism: "AWS_MSK_IAM"}}, kerr.SaslAuthenticationFailed, "IAM policy", nil},
-		{"mechanism off", scram, kerr.UnsupportedSaslMechanism, "does not enable SASL mechanism SCRAM-SHA-512", []string{"sasl-mechanism", "kafka-brokers"}},
-		{"sasl required", Config{}, kerr.IllegalSaslState, "requires SASL", []string{"sasl-mechanism", "sasl-username", "sasl-password"}},
+		{"mechanism off", scram, kerr.UnsupportedSaslMechanism, "does not enable SASL mechanism SCRAM-SHA-512", []string{"SASL.Mechanism", "Brokers"}},
+		{"sasl required", Config{}, kerr.IllegalSaslState, "requires SASL", []string{"SASL.Mechanism", "SASL.Username", "SASL.Password"}},
 		{"unknown ca", Config{}, wrap(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), "certificate signed by unknown authority (set the Kafka TLS CA file",
-			[]string{"kafka-tls-ca-file"}},
+			[]string{"TLS.CAFile"}},
 		{"wrong name", Config{}, wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "x"}), "set the Kafka TLS server name",
-			[]string{"kafka-tls-server-name", "kafka-brokers"}},
+			[]string{"TLS.ServerName", "Brokers"}},
 		{"client cert refused", Config{}, wrap(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}), "set the Kafka TLS client certificate and key",
-			[]string{"kafka-tls-cert-file", "kafka-tls-key-file"}},
-		{"not tls", Config{}, wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "does not speak TLS", []string{"kafka-brokers", "kafka-tls"}},
-		{"unreadable token", Config{}, wrap(settingErr("sasl-oauth-token-file", "read token: gone")), "cannot authenticate", []string{"sasl-oauth-token-file"}},
+			[]string{"TLS.CertFile", "TLS.KeyFile"}},
+		{"not tls", Config{}, wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "does not speak TLS", []string{"Brokers", "TLS"}},
+		{"unreadable token", Config{}, wrap(settingErr("SASL.OAuthTokenFile", "read token: gone")), "cannot authenticate", []string{"SASL.OAuthTokenFile"}},
 		{"connection refused", scram, wrap(errors.New("connect: connection refused")), "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -354,8 +354,8 @@ func TestSecurityErrorMessages(t *testing.T) {
 			if !errors.As(err, &se) || !strings.Contains(err.Error(), c.want) || !errors.Is(err, c.err) {
 				t.Fatalf("securityError: %v; want a *SecurityError wrapping the cause with %q", err, c.want)
 			}
-			if !slices.Equal(se.SettingKeys(), c.keys) {
-				t.Errorf("SettingKeys() = %q, want %q", se.SettingKeys(), c.keys)
+			if !slices.Equal(se.Config, c.keys) {
+				t.Errorf("Config = %q, want %q", se.Config, c.keys)
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Fatalf("error shows the password: %v", err)
@@ -425,37 +425,11 @@ func TestSASLConfigHidesPassword(t *testing.T) {
 	}
 }
 
-// TestSettingErrorKeys: SettingKeys gives walrelay's key for each name
-// Setting uses (most with the kafka- prefix, a few under names of their own),
-// Related's after it.
-func TestSettingErrorKeys(t *testing.T) {
-	for setting, want := range map[string][]string{
-		"brokers":               {"kafka-brokers"},
-		"tls":                   {"kafka-tls"},
-		"tls-ca-file":           {"kafka-tls-ca-file"},
-		"tls-cert-file":         {"kafka-tls-cert-file"},
-		"tls-key-file":          {"kafka-tls-key-file"},
-		"sasl-mechanism":        {"sasl-mechanism"},
-		"sasl-username":         {"sasl-username"},
-		"sasl-password":         {"sasl-password"},
-		"sasl-oauth-token-file": {"sasl-oauth-token-file"},
-		"compression":           {"compression"},
-		"topic":                 {"topic"},
-		"dlq-topic":             {"dlq-topic"},
-		"batching":              {"batching"},
-		"linger":                {"linger"},
-		"batch-max-bytes":       {"batch-max-bytes"},
-		"table-topics":          {"tables"},
-		"max-buffered":          {"max-buffered-bytes"},
-		"topic-lookup":          {"kafka-timeout"},
-		"topic-partitions":      {"topic-partitions", "topic-replication-factor"},
-	} {
-		if got := (&SettingError{Setting: setting}).SettingKeys(); !slices.Equal(got, want) {
-			t.Errorf("%s: SettingKeys() = %q, want %q", setting, got, want)
-		}
-	}
-	got := (&SettingError{Setting: "tls", Related: []string{"sasl-mechanism", "brokers"}}).SettingKeys()
-	if want := []string{"kafka-tls", "sasl-mechanism", "kafka-brokers"}; !slices.Equal(got, want) {
-		t.Errorf("with related settings: SettingKeys() = %q, want %q", got, want)
+// TestSettingErrorFields: a SettingError names its field and the related
+// ones as sink.Config.<field>, its own first.
+func TestSettingErrorFields(t *testing.T) {
+	got := (&SettingError{Setting: "TLS", Related: []string{"SASL.Mechanism", "Brokers"}}).Fields()
+	if want := []string{"sink.Config.TLS", "sink.Config.SASL.Mechanism", "sink.Config.Brokers"}; !slices.Equal(got, want) {
+		t.Errorf("Fields() = %q, want %q", got, want)
 	}
 }

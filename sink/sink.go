@@ -139,52 +139,52 @@ type Config struct {
 // naming the setting.
 func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
-		return settingErr("brokers", "none given: set the Kafka brokers (host:port)")
+		return settingErr("Brokers", "none given: set the Kafka brokers (host:port)")
 	}
 	for _, b := range c.Brokers {
 		host, port, err := net.SplitHostPort(b)
 		if err != nil || host == "" {
-			return settingErr("brokers", "%q is not host:port", b)
+			return settingErr("Brokers", "%q is not host:port", b)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-			return settingErr("brokers", "%q has no valid port", b)
+			return settingErr("Brokers", "%q has no valid port", b)
 		}
 	}
 	if _, err := codec(c.Compression); err != nil {
-		return &SettingError{Setting: "compression", Err: err}
+		return &SettingError{Setting: "Compression", Err: err}
 	}
 	if c.Topic != "" {
 		if _, err := ParseTemplate(c.Topic); err != nil {
-			return &SettingError{Setting: "topic", Err: err}
+			return &SettingError{Setting: "Topic", Err: err}
 		}
 	}
 	for table, t := range c.TableTopics {
 		if _, err := ParseTemplate(t); err != nil {
-			return settingErr("table-topics", "%s: %w", table, err)
+			return settingErr("TableTopics", "%s: %w", table, err)
 		}
 	}
 	if c.DLQTopic != "" {
 		if err := ValidateTopic(c.DLQTopic); err != nil {
-			return &SettingError{Setting: "dlq-topic", Err: err}
+			return &SettingError{Setting: "DLQTopic", Err: err}
 		}
 	}
 	if c.Batching != "" && c.Batching != BatchingAdaptive && c.Batching != BatchingFixed {
-		return settingErr("batching", "%q is not %s or %s", c.Batching, BatchingAdaptive, BatchingFixed)
+		return settingErr("Batching", "%q is not %s or %s", c.Batching, BatchingAdaptive, BatchingFixed)
 	}
 	if c.Linger < 0 || c.Linger > time.Minute {
-		return settingErr("linger", "%v is not between 0 and 1m", c.Linger)
+		return settingErr("Linger", "%v is not between 0 and 1m", c.Linger)
 	}
 	if c.BatchMaxBytes != 0 && (c.BatchMaxBytes < 512 || c.BatchMaxBytes > 1<<30) {
-		return settingErr("batch-max-bytes", "%d is not between 512 and 1 GiB", c.BatchMaxBytes)
+		return settingErr("BatchMaxBytes", "%d is not between 512 and 1 GiB", c.BatchMaxBytes)
 	}
 	if c.MaxBufferedBytes < 0 || c.MaxBufferedRecords < 0 {
-		return settingErr("max-buffered", "buffer sizes must not be negative")
+		return settingErr("MaxBufferedBytes", "buffer sizes must not be negative")
 	}
 	if c.TopicLookupTimeout < 0 || c.TopicRefreshInterval < 0 {
-		return settingErr("topic-lookup", "topic lookup timeout and refresh interval must not be negative")
+		return settingErr("TopicLookupTimeout", "topic lookup timeout and refresh interval must not be negative")
 	}
 	if c.TopicPartitions < -1 || c.TopicReplicationFactor < -1 {
-		return settingErr("topic-partitions", "topic partitions and replication factor must be -1 (broker default) or positive")
+		return settingErr("TopicPartitions", "topic partitions and replication factor must be -1 (broker default) or positive")
 	}
 	if err := c.Schema.Validate(); err != nil {
 		return err // a *schema.SettingError
@@ -458,8 +458,8 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// SettingKeys names the setting of the broker addresses.
-func (e *UnreachableError) SettingKeys() []string { return []string{"kafka-brokers"} }
+// Fields names the field of the broker addresses.
+func (e *UnreachableError) Fields() []string { return []string{"sink.Config.Brokers"} }
 
 // Topic returns the topic ev routes to.
 func (s *Sink) Topic(ev *decoder.Event) (string, error) {

@@ -45,7 +45,7 @@ func tracedSink(t *testing.T, sampler sdktrace.Sampler, cfg sink.Config, opts ..
 }
 
 // walrelayDefault is the sampler walrelay uses when OTEL_TRACES_SAMPLER is
-// not set (relay.DefaultSampler).
+// not set (relayotel.DefaultSampler).
 func walrelayDefault() sdktrace.Sampler { return sdktrace.ParentBased(sdktrace.NeverSample()) }
 
 func withHeaders(ev *decoder.Event, kv ...string) *decoder.Event {

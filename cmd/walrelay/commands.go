@@ -15,6 +15,7 @@ import (
 	"github.com/walrelay/walrelay/cmd/walrelay/internal/config"
 	"github.com/walrelay/walrelay/operator"
 	"github.com/walrelay/walrelay/relay"
+	"github.com/walrelay/walrelay/relay/relayotel"
 	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/sink/schema"
@@ -33,7 +34,14 @@ func run(ctx context.Context, cfg config.Config, c *call) int {
 		"procs", runtime.GOMAXPROCS(0))
 	opts, err := cfg.Relay(log)
 	if err == nil {
-		err = runRelay(ctx, cfg, opts, c)
+		err = runRelay(ctx, cfg, opts, c, func(ctx context.Context, opts relay.Options) error {
+			stop, err := attachTelemetry(ctx, cfg, &opts, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			return relay.Run(ctx, opts)
+		})
 	}
 	if err != nil {
 		err, isConfig := settingError(err)
@@ -60,6 +68,7 @@ func settingError(err error) (error, bool) {
 	var ooe *operator.OptionError
 	var se *sink.SettingError
 	var sse *schema.SettingError
+	var ee *relayotel.EnvError
 	switch {
 	case errors.As(err, &ce):
 		return err, true
@@ -71,6 +80,8 @@ func settingError(err error) (error, bool) {
 		return config.SinkError(se), true
 	case errors.As(err, &sse):
 		return config.SinkError(sse), true
+	case errors.As(err, &ee):
+		return config.EnvError(ee.Var, ee.Err), true
 	}
 	return err, false
 }

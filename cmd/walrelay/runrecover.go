@@ -22,12 +22,13 @@ import (
 // WAL) needs an operator, not a loop of replays.
 const recoverAgainAfter = 10 * time.Minute
 
-// runRelay is relay.Run with opts, followed, while cfg says on-slot-lost
-// recover, by the recovery of a lost slot and another Run.
-func runRelay(ctx context.Context, cfg config.Config, opts relay.Options, c *call) error {
+// runRelay is run (relay.Run with its telemetry attached) with opts,
+// followed, while cfg says on-slot-lost recover, by the recovery of a lost
+// slot and another run.
+func runRelay(ctx context.Context, cfg config.Config, opts relay.Options, c *call, run func(context.Context, relay.Options) error) error {
 	var last time.Time
 	for {
-		err := relay.Run(ctx, opts)
+		err := run(ctx, opts)
 		var lost *relay.SlotLostError
 		if cfg.OnSlotLost != config.OnSlotLostRecover || !errors.As(err, &lost) || ctx.Err() != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/walrelay/walrelay/internal/fieldref"
 )
 
 // Format is a schema's language.
@@ -186,10 +188,9 @@ func (c Config) String() string {
 // LogValue masks the secrets in log attributes.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
-// SettingError is a setting that cannot work. Setting is the key of
-// walrelay's setting ("schema-registry-url", "schema-registry-tls-ca-file",
-// "schema-rules", "schema-dir"), Related the keys of other settings
-// involved; Err says why, in words.
+// SettingError is a Config value that cannot work. Setting is its field
+// ("URLs", "TLS.CAFile", "Rules", "Dir"), Related other fields involved;
+// Err says why, in words.
 type SettingError struct {
 	Setting string
 	Related []string
@@ -199,8 +200,14 @@ type SettingError struct {
 func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
 func (e *SettingError) Unwrap() error { return e.Err }
 
-// SettingKeys returns the keys of the settings to change, Setting's first.
-func (e *SettingError) SettingKeys() []string { return append([]string{e.Setting}, e.Related...) }
+// Fields returns the fields to change, Setting's first, as
+// schema.Config.<field>.
+func (e *SettingError) Fields() []string {
+	return configFields(append([]string{e.Setting}, e.Related...)...)
+}
+
+// configFields returns the fields of Config as schema.Config.<field>.
+func configFields(names ...string) []string { return fieldref.Of("schema.Config", names...) }
 
 func settingErr(setting, format string, a ...any) error {
 	return &SettingError{Setting: setting, Err: fmt.Errorf(format, a...)}
@@ -213,7 +220,7 @@ func (c Config) Validate() error {
 		return nil
 	}
 	if len(c.URLs) == 0 {
-		return settingErr("schema-registry-url", "none given: schema rules need the registry's URL")
+		return settingErr("URLs", "none given: schema rules need the registry's URL")
 	}
 	for _, u := range c.URLs {
 		if err := validateURL(u); err != nil {
@@ -222,9 +229,9 @@ func (c Config) Validate() error {
 	}
 	if (c.Username == "") != (c.Password == "") {
 		if c.Username == "" {
-			return settingErr("schema-registry-username", "a password is set without a username")
+			return settingErr("Username", "a password is set without a username")
 		}
-		return settingErr("schema-registry-password", "a username is set without a password: set the registry password")
+		return settingErr("Password", "a username is set without a password: set the registry password")
 	}
 	auths := 0
 	for _, set := range []bool{c.Username != "", c.BearerToken != "", c.BearerTokenFile != ""} {
@@ -233,15 +240,15 @@ func (c Config) Validate() error {
 		}
 	}
 	if auths > 1 {
-		return settingErr("schema-registry-bearer-token", "use one of basic auth, a bearer token and a bearer token file")
+		return settingErr("BearerToken", "use one of basic auth, a bearer token and a bearer token file")
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return settingErr("schema-registry-tls-cert-file", "a client certificate and its key go together (set both or neither)")
+		return settingErr("TLS.CertFile", "a client certificate and its key go together (set both or neither)")
 	}
 	if c.Timeout < 0 {
-		return settingErr("schema-registry-timeout", "%v is negative", c.Timeout)
+		return settingErr("Timeout", "%v is negative", c.Timeout)
 	}
-	if err := c.Strategy.validate("schema-subject-strategy"); err != nil {
+	if err := c.Strategy.validate("Strategy"); err != nil {
 		return err
 	}
 	seen := map[ruleKey]bool{}
@@ -251,7 +258,7 @@ func (c Config) Validate() error {
 		}
 		k := ruleKey{r.Table, r.EventType}
 		if seen[k] {
-			return settingErr("schema-rules", "%s: two rules", k)
+			return settingErr("Rules", "%s: two rules", k)
 		}
 		seen[k] = true
 	}
@@ -261,15 +268,15 @@ func (c Config) Validate() error {
 func validateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return settingErr("schema-registry-url", "not a URL: %w", err)
+		return settingErr("URLs", "not a URL: %w", err)
 	}
 	if u.User != nil {
 		// The sr client puts the URL in its errors.
-		return &SettingError{Setting: "schema-registry-url", Related: []string{"schema-registry-username", "schema-registry-password"},
+		return &SettingError{Setting: "URLs", Related: []string{"Username", "Password"},
 			Err: fmt.Errorf("%s://%s: credentials in the URL would show in errors: set the registry username and password instead", u.Scheme, u.Host)}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return settingErr("schema-registry-url", "%q is not an http:// or https:// URL", raw)
+		return settingErr("URLs", "%q is not an http:// or https:// URL", raw)
 	}
 	return nil
 }
@@ -295,13 +302,13 @@ func (k ruleKey) String() string {
 func (r Rule) validate(def Strategy) error {
 	k := ruleKey{r.Table, r.EventType}
 	if r.Table == "" {
-		return settingErr("schema-rules", "a rule without a table (use %q for tableless events)", MessageTable)
+		return settingErr("Rules", "a rule without a table (use %q for tableless events)", MessageTable)
 	}
 	if r.Table != MessageTable && !strings.Contains(r.Table, ".") {
-		return settingErr("schema-rules", "table %q is not schema.table", r.Table)
+		return settingErr("Rules", "table %q is not schema.table", r.Table)
 	}
 	if !r.Value.set() {
-		return settingErr("schema-rules", "%s: no value schema", k)
+		return settingErr("Rules", "%s: no value schema", k)
 	}
 	if err := r.Value.validate(k, "value", def); err != nil {
 		return err
@@ -314,14 +321,14 @@ func (r Rule) validate(def Strategy) error {
 
 func (b Binding) validate(k ruleKey, role string, def Strategy) error {
 	fail := func(format string, a ...any) error {
-		return settingErr("schema-rules", "%s %s: %s", k, role, fmt.Sprintf(format, a...))
+		return settingErr("Rules", "%s %s: %s", k, role, fmt.Sprintf(format, a...))
 	}
 	switch b.Format {
 	case "", FormatAvro, FormatProtobuf, FormatJSON:
 	default:
 		return fail("format %q is not one of avro, protobuf, json", b.Format)
 	}
-	if err := b.Strategy.validate("schema-rules"); err != nil {
+	if err := b.Strategy.validate("Rules"); err != nil {
 		return fail("%v", err)
 	}
 	strategy := b.strategy(def)
@@ -376,7 +383,7 @@ func (b Binding) strategy(def Strategy) Strategy {
 func dirRules(dir string) ([]Rule, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, settingErr("schema-dir", "%w", err)
+		return nil, settingErr("Dir", "%w", err)
 	}
 	byKey := map[ruleKey]*Rule{}
 	var keys []ruleKey
@@ -387,7 +394,7 @@ func dirRules(dir string) ([]Rule, error) {
 		name := e.Name()
 		ext := filepath.Ext(name)
 		if _, ok := formatOfExt[ext]; !ok {
-			return nil, settingErr("schema-dir", "%s: not a schema file (.avsc, .proto or .json)", name)
+			return nil, settingErr("Dir", "%s: not a schema file (.avsc, .proto or .json)", name)
 		}
 		base := strings.TrimSuffix(name, ext)
 		role := "value"
@@ -397,7 +404,7 @@ func dirRules(dir string) ([]Rule, error) {
 		case strings.HasSuffix(base, "-key"):
 			base, role = strings.TrimSuffix(base, "-key"), "key"
 		default:
-			return nil, settingErr("schema-dir", "%s: the name must end in -value%s or -key%s", name, ext, ext)
+			return nil, settingErr("Dir", "%s: the name must end in -value%s or -key%s", name, ext, ext)
 		}
 		var k ruleKey
 		if rest, ok := strings.CutPrefix(base, MessageTable); ok && (rest == "" || rest[0] == '.') {
@@ -405,7 +412,7 @@ func dirRules(dir string) ([]Rule, error) {
 		} else {
 			parts := strings.SplitN(base, ".", 3)
 			if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
-				return nil, settingErr("schema-dir", "%s: the name must start with schema.table (or %s)", name, MessageTable)
+				return nil, settingErr("Dir", "%s: the name must start with schema.table (or %s)", name, MessageTable)
 			}
 			k = ruleKey{parts[0] + "." + parts[1], ""}
 			if len(parts) == 3 {
@@ -423,7 +430,7 @@ func dirRules(dir string) ([]Rule, error) {
 			b = &r.Key
 		}
 		if b.File != "" {
-			return nil, settingErr("schema-dir", "%s and %s: two %s schemas for %s", filepath.Base(b.File), name, role, k)
+			return nil, settingErr("Dir", "%s and %s: two %s schemas for %s", filepath.Base(b.File), name, role, k)
 		}
 		b.File = filepath.Join(dir, name)
 	}
@@ -431,7 +438,7 @@ func dirRules(dir string) ([]Rule, error) {
 	rules := make([]Rule, 0, len(keys))
 	for _, k := range keys {
 		if !byKey[k].Value.set() {
-			return nil, settingErr("schema-dir", "%s has a key schema but no value schema", k)
+			return nil, settingErr("Dir", "%s has a key schema but no value schema", k)
 		}
 		rules = append(rules, *byKey[k])
 	}
@@ -453,7 +460,7 @@ func (c Config) allRules() ([]Rule, error) {
 		k := ruleKey{d.Table, d.EventType}
 		for _, r := range c.Rules {
 			if (ruleKey{r.Table, r.EventType}) == k {
-				return nil, settingErr("schema-dir", "%s has a rule and a file in %s", k, c.Dir)
+				return nil, settingErr("Dir", "%s has a rule and a file in %s", k, c.Dir)
 			}
 		}
 		if err := d.validate(c.Strategy); err != nil {
@@ -462,7 +469,7 @@ func (c Config) allRules() ([]Rule, error) {
 		rules = append(rules, d)
 	}
 	if len(rules) == 0 {
-		return nil, settingErr("schema-dir", "no schema files in %s", c.Dir)
+		return nil, settingErr("Dir", "no schema files in %s", c.Dir)
 	}
 	return rules, nil
 }

@@ -165,7 +165,7 @@ func newBinding(c Binding, k ruleKey, role string, def Strategy) (*binding, erro
 		return b, nil
 	}
 	fail := func(err error) error {
-		return &SettingError{Setting: "schema-rules", Err: fmt.Errorf("%s: %s: %w", b.what, c.File, err)}
+		return &SettingError{Setting: "Rules", Err: fmt.Errorf("%s: %s: %w", b.what, c.File, err)}
 	}
 	text, err := os.ReadFile(c.File)
 	if err != nil {

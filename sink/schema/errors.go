@@ -67,9 +67,9 @@ func registryError(parent context.Context, op string, err error) error {
 		switch code := re.StatusCode; {
 		case code == http.StatusUnauthorized:
 			return keyed(fmt.Errorf("%w: %s: HTTP 401 %s (check the registry credentials: username and password, or the bearer token)", ErrNotAuthorized, op, msg),
-				credentialKeys...)
+				credentialFields...)
 		case code == http.StatusForbidden:
-			return keyed(fmt.Errorf("%w: %s: HTTP 403 %s (the registry's user lacks the right to do this)", ErrNotAuthorized, op, msg), credentialKeys...)
+			return keyed(fmt.Errorf("%w: %s: HTTP 403 %s (the registry's user lacks the right to do this)", ErrNotAuthorized, op, msg), credentialFields...)
 		case code == http.StatusNotFound:
 			return fmt.Errorf("%w: %s: HTTP 404 %s", ErrSubjectMissing, op, msg)
 		case code == http.StatusConflict, code == http.StatusUnprocessableEntity:
@@ -80,7 +80,7 @@ func registryError(parent context.Context, op string, err error) error {
 		return fmt.Errorf("schema registry: %s: HTTP %d %s", op, re.StatusCode, msg)
 	}
 	if terr := tlsError(err); terr != nil {
-		return keyed(fmt.Errorf("schema registry: %s: %w", op, terr), terr.keys...)
+		return keyed(fmt.Errorf("schema registry: %s: %w", op, terr), terr.fields...)
 	}
 	var ue *url.Error
 	var ne net.Error
@@ -91,22 +91,22 @@ func registryError(parent context.Context, op string, err error) error {
 	return fmt.Errorf("schema registry: %s: %w", op, err)
 }
 
-// credentialKeys are the settings of the registry's credentials.
-var credentialKeys = []string{"schema-registry-username", "schema-registry-password", "schema-registry-bearer-token-file"}
+// credentialFields are the Config fields of the registry's credentials.
+var credentialFields = []string{"Username", "Password", "BearerTokenFile"}
 
-// keyedError is err, which a change of the settings keys fixes (a registry
+// keyedError is err, which a change of the Config fields fixes (a registry
 // that refuses the credentials, a TLS failure): the message says the fix in
-// words, SettingKeys gives the keys, the main one first.
+// words, Fields gives the fields, the main one first.
 type keyedError struct {
-	err  error
-	keys []string
+	err    error
+	fields []string
 }
 
-func keyed(err error, keys ...string) *keyedError { return &keyedError{err: err, keys: keys} }
+func keyed(err error, fields ...string) *keyedError { return &keyedError{err: err, fields: fields} }
 
-func (e *keyedError) Error() string         { return e.err.Error() }
-func (e *keyedError) Unwrap() error         { return e.err }
-func (e *keyedError) SettingKeys() []string { return e.keys }
+func (e *keyedError) Error() string    { return e.err.Error() }
+func (e *keyedError) Unwrap() error    { return e.err }
+func (e *keyedError) Fields() []string { return configFields(e.fields...) }
 
 // tlsError explains a TLS failure of a registry connection, nil for other
 // errors. It is permanent: the configuration must change.
@@ -121,16 +121,16 @@ func tlsError(err error) *keyedError {
 	)
 	switch {
 	case errors.As(err, &unknownCA):
-		return keyed(fmt.Errorf("TLS: certificate signed by unknown authority (set the registry's CA file to the CA that signed its certificate): %w", err), "schema-registry-tls-ca-file")
+		return keyed(fmt.Errorf("TLS: certificate signed by unknown authority (set the registry's CA file to the CA that signed its certificate): %w", err), "TLS.CAFile")
 	case errors.As(err, &hostErr):
-		return keyed(fmt.Errorf("TLS: the registry's certificate is not valid for its URL's host (set the registry's TLS server name to a name in it): %w", err), "schema-registry-tls-server-name", "schema-registry-url")
+		return keyed(fmt.Errorf("TLS: the registry's certificate is not valid for its URL's host (set the registry's TLS server name to a name in it): %w", err), "TLS.ServerName", "URLs")
 	case errors.As(err, &invalid), errors.As(err, &verify):
-		return keyed(fmt.Errorf("TLS: the registry's certificate is invalid (renew it, or check the clock): %w", err), "schema-registry-tls-ca-file")
+		return keyed(fmt.Errorf("TLS: the registry's certificate is invalid (renew it, or check the clock): %w", err), "TLS.CAFile")
 	case errors.As(err, &recordErr):
-		return keyed(fmt.Errorf("TLS: the registry does not speak TLS at this URL (use http://): %w", err), "schema-registry-url")
+		return keyed(fmt.Errorf("TLS: the registry does not speak TLS at this URL (use http://): %w", err), "URLs")
 	case errors.As(err, &opErr) && opErr.Op == "remote error":
 		return keyed(fmt.Errorf("TLS: the registry refused the connection's client certificate (set the registry's client certificate and key to ones it trusts): %w", err),
-			"schema-registry-tls-cert-file", "schema-registry-tls-key-file")
+			"TLS.CertFile", "TLS.KeyFile")
 	}
 	return nil
 }

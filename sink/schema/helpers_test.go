@@ -113,12 +113,12 @@ func wantErr(t *testing.T, err error, parts ...string) {
 	}
 }
 
-// wantKeys fails unless err (or an error it wraps) names exactly keys as the
-// settings that fix it.
-func wantKeys(t *testing.T, err error, keys ...string) {
+// wantFields fails unless err (or an error it wraps) names exactly fields
+// (of Config, without the schema.Config. prefix) as the ones that fix it.
+func wantFields(t *testing.T, err error, fields ...string) {
 	t.Helper()
-	var k interface{ SettingKeys() []string }
-	if !errors.As(err, &k) || !slices.Equal(k.SettingKeys(), keys) {
-		t.Fatalf("error %v: setting keys %v, want %v", err, k, keys)
+	var f interface{ Fields() []string }
+	if !errors.As(err, &f) || !slices.Equal(f.Fields(), configFields(fields...)) {
+		t.Fatalf("error %v: fields %v, want %v", err, f, fields)
 	}
 }

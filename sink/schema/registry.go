@@ -37,7 +37,7 @@ func newClient(c Config, log *slog.Logger) (*client, error) {
 	if tc != nil {
 		if tc.InsecureSkipVerify {
 			log.Warn("schema registry TLS certificate verification is disabled: anyone between walrelay and the registry "+
-				"can read and change the traffic; set the registry's CA file instead", "settings", []string{"schema-registry-tls-insecure-skip-verify", "schema-registry-tls-ca-file"})
+				"can read and change the traffic; set the registry's CA file instead", "fields", []string{"TLS.InsecureSkipVerify", "TLS.CAFile"})
 		}
 		opts = append(opts, sr.DialTLSConfig(tc))
 	}
@@ -67,7 +67,7 @@ func newClient(c Config, log *slog.Logger) (*client, error) {
 		plain = false
 	}
 	if plain {
-		log.Warn("schema registry credentials over http:// travel in clear text; use an https:// URL", "settings", []string{"schema-registry-url"})
+		log.Warn("schema registry credentials over http:// travel in clear text; use an https:// URL", "fields", []string{"URLs"})
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
@@ -81,11 +81,11 @@ func newClient(c Config, log *slog.Logger) (*client, error) {
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", settingErr("schema-registry-bearer-token-file", "read token: %w", err)
+		return "", settingErr("BearerTokenFile", "read token: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", settingErr("schema-registry-bearer-token-file", "%s is empty", path)
+		return "", settingErr("BearerTokenFile", "%s is empty", path)
 	}
 	return tok, nil
 }
@@ -101,9 +101,9 @@ func buildTLS(c TLSConfig) (*tls.Config, error) {
 	var fe *tlsfiles.Error
 	if errors.As(err, &fe) {
 		if fe.CA {
-			return nil, settingErr("schema-registry-tls-ca-file", "%w", fe.Err)
+			return nil, settingErr("TLS.CAFile", "%w", fe.Err)
 		}
-		return nil, settingErr("schema-registry-tls-cert-file", "%w", fe.Err)
+		return nil, settingErr("TLS.CertFile", "%w", fe.Err)
 	}
 	return tc, err
 }

@@ -133,7 +133,7 @@ func TestRegistryNotAuthorized(t *testing.T) {
 			t.Fatalf("HTTP %d: %v, want a permanent ErrNotAuthorized", code, err)
 		}
 		wantErr(t, err, "not authorized", fmt.Sprintf("HTTP %d %s", code, http.StatusText(int(code))))
-		wantKeys(t, err, "schema-registry-username", "schema-registry-password", "schema-registry-bearer-token-file")
+		wantFields(t, err, "Username", "Password", "BearerTokenFile")
 		if strings.Contains(err.Error(), "s3cret-pw") || strings.Contains(err.Error(), "no response") {
 			t.Fatalf("error %q", err)
 		}
@@ -370,7 +370,7 @@ func TestRegistryTLS(t *testing.T) {
 		t.Fatalf("without the CA: %v, want a permanent TLS error", err)
 	}
 	wantErr(t, err, "unknown authority", "set the registry's CA file")
-	wantKeys(t, err, "schema-registry-tls-ca-file")
+	wantFields(t, err, "TLS.CAFile")
 	// mTLS: a registry that requires a client certificate.
 	srv2 := httptest.NewUnstartedServer(reg.Handler())
 	srv2.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
@@ -384,7 +384,7 @@ func TestRegistryTLS(t *testing.T) {
 		t.Fatalf("no client certificate: %v, want a permanent TLS error", err)
 	}
 	wantErr(t, err, "client certificate")
-	wantKeys(t, err, "schema-registry-tls-cert-file", "schema-registry-tls-key-file")
+	wantFields(t, err, "TLS.CertFile", "TLS.KeyFile")
 	certPEM, keyPEM := selfSigned(t)
 	cert, key := writeFile(t, dir, "c.pem", certPEM), writeFile(t, dir, "k.pem", keyPEM)
 	e, err = New(Config{URLs: []string{srv2.URL}, TLS: TLSConfig{CAFile: ca2, CertFile: cert, KeyFile: key}, Rules: rules}, quiet)
@@ -454,12 +454,12 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"valid", Config{URLs: []string{"http://r:8081"}, Rules: []Rule{good}}, ""},
 		{"disabled", Config{}, ""},
-		{"no url", Config{Rules: []Rule{good}}, "schema-registry-url: none given"},
+		{"no url", Config{Rules: []Rule{good}}, "URLs: none given"},
 		{"userinfo", Config{URLs: []string{"http://u:pw@r:8081"}, Rules: []Rule{good}}, "credentials in the URL"},
 		{"scheme", Config{URLs: []string{"r:8081"}, Rules: []Rule{good}}, "not an http:// or https:// URL"},
-		{"user only", Config{URLs: []string{"http://r"}, Username: "u", Rules: []Rule{good}}, "schema-registry-password"},
+		{"user only", Config{URLs: []string{"http://r"}, Username: "u", Rules: []Rule{good}}, "Password: a username is set"},
 		{"two auths", Config{URLs: []string{"http://r"}, BearerToken: "t", BearerTokenFile: "f", Rules: []Rule{good}}, "one of basic auth"},
-		{"cert only", Config{URLs: []string{"http://r"}, TLS: TLSConfig{CertFile: "c"}, Rules: []Rule{good}}, "schema-registry-tls-cert-file"},
+		{"cert only", Config{URLs: []string{"http://r"}, TLS: TLSConfig{CertFile: "c"}, Rules: []Rule{good}}, "TLS.CertFile: a client certificate"},
 		{"strategy", Config{URLs: []string{"http://r"}, Strategy: "x", Rules: []Rule{good}}, `"x" is not one of topic`},
 		{"no table", Config{URLs: []string{"http://r"}, Rules: []Rule{{Value: good.Value}}}, "a rule without a table"},
 		{"bare table", Config{URLs: []string{"http://r"}, Rules: []Rule{{Table: "outbox", Value: good.Value}}}, "is not schema.table"},
@@ -483,8 +483,8 @@ func TestConfigValidate(t *testing.T) {
 		var se *SettingError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a *SettingError with %q", tc.name, err, tc.want)
-		} else if keys := se.SettingKeys(); len(keys) == 0 || !strings.HasPrefix(keys[0], "schema-") {
-			t.Errorf("%s: setting keys %v", tc.name, keys)
+		} else if fields := se.Fields(); len(fields) == 0 || !strings.HasPrefix(fields[0], "schema.Config.") {
+			t.Errorf("%s: fields %v", tc.name, fields)
 		}
 	}
 }

@@ -410,14 +410,6 @@ func (c Config) validateSink() error {
 	return nil
 }
 
-// sinkKeys are the keys of the sink's settings whose names differ from
-// kafka-<setting>.
-var sinkKeys = map[string]string{
-	"compression": "compression", "topic": "topic", "table-topics": "tables", "dlq-topic": "dlq-topic",
-	"batching": "batching", "linger": "linger", "batch-max-bytes": "batch-max-bytes", "max-buffered": "max-buffered-bytes",
-	"topic-partitions": "topic-partitions", "topic-lookup": "kafka-timeout",
-}
-
 // SinkError returns err, a *sink.SettingError or *schema.SettingError from
 // the sink's Validate or New (a TLS or secret file that cannot be read, a
 // schema file that does not parse), as an *Error naming the settings; other
@@ -430,34 +422,24 @@ func SinkError(err error) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	key, ok := sinkKeys[se.Setting]
-	switch {
-	case ok:
-	case strings.HasPrefix(se.Setting, "sasl-"):
-		key = se.Setting
-	default:
-		key = "kafka-" + se.Setting
-	}
-	return keyedError(se, key, se.Err)
+	return keyedError(se, se.Setting, se.Err)
 }
 
 // OptionError returns oe, a *relay.OptionError, as an *Error naming the
-// settings: those oe names (SettingKeys), else the key of its Options field.
-func OptionError(oe *relay.OptionError) *Error {
-	key, ok := optionKeys[oe.Option]
-	if !ok {
-		key = oe.Option
-	}
-	return keyedError(oe, key, oe.Err)
-}
+// settings behind the fields oe names (fieldKeys), else the field.
+func OptionError(oe *relay.OptionError) *Error { return keyedError(oe, oe.Option, oe.Err) }
 
 // OperatorError returns oe, an *operator.OptionError, as an *Error naming
-// the settings oe names (SettingKeys), else the field it names.
+// the settings behind the fields oe names (fieldKeys), else the field.
 func OperatorError(oe *operator.OptionError) *Error { return keyedError(oe, oe.Option, oe.Err) }
 
-// optionKeys are the configuration keys of the runtime's options whose
-// names are not the key.
-var optionKeys = map[string]string{"MetricsAddr": "metrics-addr", "Decoder": "table"}
+// MetricsAddrError is the *Error of a metrics address that cannot be
+// listened on.
+func MetricsAddrError(err error) *Error { return &Error{Key: "metrics-addr", Err: err} }
+
+// EnvError is the *Error of an environment variable read outside the
+// settings (OTEL_*) whose value cannot be used.
+func EnvError(name string, err error) *Error { return &Error{Key: name, Err: err} }
 
 func columnPreset(name string) (decoder.Columns, error) {
 	switch name {
@@ -488,8 +470,6 @@ func (c Config) Relay(log *slog.Logger) (relay.Options, error) {
 		StandbyRetryInterval: c.StandbyRetryInterval,
 		ShutdownTimeout:      c.ShutdownTimeout,
 		KafkaTimeout:         c.KafkaTimeout,
-		MetricsAddr:          c.MetricsAddr,
-		PProf:                c.PProf,
 		Logger:               log,
 	}
 	c.SafetyNet.apply(&o)

@@ -5,10 +5,10 @@ import (
 	"strings"
 )
 
-// settingKeyer is an error that names the settings it concerns, first the
-// main one: the contract between the libraries and the command. The
-// libraries name settings by key (postgres-dsn, sasl-username, slot, ...),
-// never as a flag or an environment variable; the command renders them.
+// settingKeyer is an error that names the settings it concerns by key, first
+// the main one: the command's own *Error (the libraries name their fields
+// instead, fields.go). The command renders keys as flags, variables and
+// file keys.
 type settingKeyer interface {
 	SettingKeys() []string
 }
@@ -37,12 +37,10 @@ func SettingKeys(err error) []string {
 		if e == nil {
 			return
 		}
-		if k, ok := e.(settingKeyer); ok {
-			for _, key := range k.SettingKeys() {
-				if key != "" && !seen[key] {
-					seen[key] = true
-					keys = append(keys, key)
-				}
+		for _, key := range keysOf(e) {
+			if key != "" && !seen[key] {
+				seen[key] = true
+				keys = append(keys, key)
 			}
 		}
 		switch u := e.(type) {
@@ -55,9 +53,15 @@ func SettingKeys(err error) []string {
 		}
 	}
 	walk(err)
-	// An error that says As(&settingKeyer) without being one in the chain.
+	// An error that says As(&fielder) or As(&settingKeyer) without being
+	// one in the chain.
+	var f fielder
 	var k settingKeyer
-	if len(keys) == 0 && errors.As(err, &k) {
+	switch {
+	case len(keys) > 0:
+	case errors.As(err, &f):
+		keys = keysOf(f.(error))
+	case errors.As(err, &k):
 		keys = append(keys, k.SettingKeys()...)
 	}
 	return keys

@@ -83,9 +83,11 @@ func TestLibrarySettingErrors(t *testing.T) {
 				"--kafka-tls-key-file / WALRELAY_KAFKA_TLS_KEY_FILE / kafka_tls_key_file in --config)"},
 		{"no keys: the fallback", keyedError(errors.New("x"), "kafka-tls-ca-file", cause),
 			"kafka-tls-ca-file: cannot read (setting: --kafka-tls-ca-file / WALRELAY_KAFKA_TLS_CA_FILE / kafka_tls_ca_file in --config)"},
-		{"relay option", OptionError(&relay.OptionError{Option: "MetricsAddr", Err: cause}),
+		{"relay option", OptionError(&relay.OptionError{Option: "KafkaTimeout", Err: cause}),
+			"kafka-timeout: cannot read (setting: --kafka-timeout / WALRELAY_KAFKA_TIMEOUT / kafka_timeout in --config)"},
+		{"metrics address", MetricsAddrError(cause),
 			"metrics-addr: cannot read (setting: --metrics-addr / WALRELAY_METRICS_ADDR / metrics_addr in --config)"},
-		{"sink setting", SinkError(&sink.SettingError{Setting: "tls-ca-file", Err: cause}).(*Error),
+		{"sink setting", SinkError(&sink.SettingError{Setting: "TLS.CAFile", Err: cause}).(*Error),
 			"kafka-tls-ca-file: cannot read (setting: --kafka-tls-ca-file / WALRELAY_KAFKA_TLS_CA_FILE / kafka_tls_ca_file in --config)"},
 	} {
 		if got := Explain(c.err); got != c.want {

@@ -90,10 +90,8 @@ func (e *Error) SettingKeys() []string {
 // *Error with cause as its reason, naming the settings lib names
 // (SettingKeys, first the main one), or fallback when it names none.
 func keyedError(lib error, fallback string, cause error) *Error {
-	if k, ok := lib.(settingKeyer); ok {
-		if keys := k.SettingKeys(); len(keys) > 0 {
-			return &Error{Key: keys[0], Also: keys[1:], Err: cause}
-		}
+	if keys := keysOf(lib); len(keys) > 0 {
+		return &Error{Key: keys[0], Also: keys[1:], Err: cause}
 	}
 	return &Error{Key: fallback, Err: cause}
 }

@@ -1,8 +1,14 @@
-package relay
+// Package relayotel builds the OpenTelemetry tracer provider of walrelay's
+// runtime from OpenTelemetry's standard environment variables, attached from
+// outside it (relay.Options.TracerProvider) as franz-go's kotel is to its
+// client; the spans themselves are the sink's (sink/tracing.go). The walrelay
+// command attaches it; relay.Run traces nothing without a provider.
+//
+// Entry points: tracing.go (Start, ParseTracingEnv).
+package relayotel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -15,12 +21,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walrelay/walrelay/internal/otlp"
-	"github.com/walrelay/walrelay/sink"
 )
 
-// Tracing (the spans themselves: sink/tracing.go) is configured by
-// OpenTelemetry's standard environment variables only, so the command needs
-// no flag for it. It is off unless an OTLP endpoint is set.
+// Tracing is configured by OpenTelemetry's standard environment variables
+// only, so the command needs no flag for it. It is off unless an OTLP
+// endpoint is set.
+
+// EnvError is a variable whose value walrelay cannot honour (Var names it).
+type EnvError = otlp.EnvError
 
 // DefaultSampler is the sampler when OTEL_TRACES_SAMPLER is not set. It
 // differs from OpenTelemetry's parentbased_always_on on purpose: walrelay
@@ -30,7 +38,7 @@ import (
 // OTEL_TRACES_SAMPLER_ARG) or parentbased_always_on for root spans.
 const DefaultSampler = "parentbased_always_off"
 
-// tracingShutdownTimeout bounds the export of the last spans when Run ends.
+// tracingShutdownTimeout bounds the export of the last spans at the stop.
 const tracingShutdownTimeout = 5 * time.Second
 
 // TracingConfig is what the OTEL_* environment variables ask of tracing,
@@ -49,16 +57,16 @@ type TracingConfig struct {
 }
 
 // ParseTracingEnv reads the OTEL_* variables that decide whether and how
-// walrelay traces from getenv (os.Getenv in Run). The exporter's own
+// walrelay traces from getenv (os.Getenv for the command). The exporter's own
 // variables (endpoint, headers, timeout, compression, certificates) are
 // read when it is made (see internal/otlp); the resource's
 // (OTEL_SERVICE_NAME, default "walrelay", and OTEL_RESOURCE_ATTRIBUTES) and
 // the batch processor's (OTEL_BSP_*) by OpenTelemetry's SDK. A value
-// walrelay cannot honour is an *OptionError naming the variable.
+// walrelay cannot honour is an *EnvError naming the variable.
 func ParseTracingEnv(getenv func(string) string) (TracingConfig, error) {
 	env := func(k string) string { return strings.TrimSpace(getenv(k)) }
 	bad := func(k, format string, a ...any) error {
-		return &OptionError{Option: k, Err: fmt.Errorf(format, a...)}
+		return &EnvError{Var: k, Err: fmt.Errorf(format, a...)}
 	}
 	var c TracingConfig
 	exporter := strings.ToLower(env("OTEL_TRACES_EXPORTER"))
@@ -123,48 +131,27 @@ func (c TracingConfig) sampler() sdktrace.Sampler {
 	return s
 }
 
-// tracing is Run's tracer provider and how to stop it.
-type tracing struct {
-	tp   trace.TracerProvider // nil: off
-	stop func()
-}
-
-// sinkOption hands the provider to the sink (nil: no spans).
-func (t *tracing) sinkOption() sink.Option { return sink.WithTracerProvider(t.tp) }
-
-// shutdown exports the spans still queued, within tracingShutdownTimeout.
-func (t *tracing) shutdown() {
-	if t.stop != nil {
-		t.stop()
-	}
-}
-
-// startTracing returns given (Options.TracerProvider) when set, else a
-// provider built from the environment (ParseTracingEnv) when that enables
-// tracing, else none. The batch processor's goroutine then runs until
-// shutdown; the exporter dials nothing before its first export, and a
-// receiver that cannot be reached never stops walrelay.
-func startTracing(ctx context.Context, given trace.TracerProvider, getenv func(string) string, log *slog.Logger) (*tracing, error) {
-	if given != nil {
-		return &tracing{tp: given}, nil
-	}
+// Start returns a provider built from the environment read through getenv
+// (ParseTracingEnv) when that enables tracing, else nil (no spans), and the
+// function that exports the spans still queued (within 5 s) and stops it:
+// call it after relay.Run returned, when the sink has ended the spans of
+// failed records. version is the service.version attribute. The batch
+// processor's goroutine runs until stop; the exporter dials nothing before
+// its first export, and a receiver that cannot be reached never stops
+// walrelay. A variable it cannot honour is an *EnvError.
+func Start(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (tp trace.TracerProvider, stop func(), err error) {
 	c, err := ParseTracingEnv(getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !c.Enabled {
 		log.Debug("tracing off", "why", c.Off)
-		return &tracing{}, nil
+		return nil, func() {}, nil
 	}
 	exp, err := otlp.New(getenv, log)
-	var ee *otlp.EnvError
-	if errors.As(err, &ee) {
-		return nil, &OptionError{Option: ee.Var, Err: ee.Err}
-	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err // an *EnvError, or an *otlp.EnvError naming the variable
 	}
-	version, _ := BuildVersion()
 	res, err := resource.New(ctx,
 		resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceName("walrelay"), semconv.ServiceVersion(version)),
@@ -174,17 +161,17 @@ func startTracing(ctx context.Context, given trace.TracerProvider, getenv func(s
 		// A malformed OTEL_RESOURCE_ATTRIBUTES entry: the others are kept.
 		log.Warn("tracing: some resource attributes were ignored", "error", err.Error())
 	}
-	tp := sdktrace.NewTracerProvider(
+	sdk := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(c.sampler()),
 	)
 	log.Info("tracing on: a span per event, exported over OTLP/HTTP", "endpoint", exp.Endpoint(), "sampler", c.Sampler)
-	return &tracing{tp: tp, stop: func() {
+	return sdk, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
 		defer cancel()
-		if err := tp.Shutdown(sctx); err != nil {
+		if err := sdk.Shutdown(sctx); err != nil {
 			log.Warn("tracing: the last spans were not all exported", "error", err.Error())
 		}
-	}}, nil
+	}, nil
 }

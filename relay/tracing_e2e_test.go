@@ -3,86 +3,32 @@ package relay
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/walrelay/walrelay/internal/otlp/otlptest"
 	"github.com/walrelay/walrelay/internal/testwait"
+	"github.com/walrelay/walrelay/relay/relayotel"
 	"github.com/walrelay/walrelay/sink"
 	"github.com/walrelay/walrelay/test/relaytest"
 )
 
-func TestParseTracingEnv(t *testing.T) {
-	cases := []struct {
-		name    string
-		env     []string
-		enabled bool
-		sampler string
-		ratio   float64
-		errVar  string
-	}{
-		{name: "nothing set: off"},
-		{name: "service name alone: off", env: []string{"OTEL_SERVICE_NAME", "x"}},
-		{name: "general endpoint: on, walrelay's sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"},
-			enabled: true, sampler: "parentbased_always_off", ratio: 1},
-		{name: "traces endpoint: on", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces"},
-			enabled: true, sampler: "parentbased_always_off", ratio: 1},
-		{name: "exporter otlp without endpoint: on (localhost)", env: []string{"OTEL_TRACES_EXPORTER", "otlp"},
-			enabled: true, sampler: "parentbased_always_off", ratio: 1},
-		{name: "SDK disabled wins", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318", "OTEL_SDK_DISABLED", "TRUE"}},
-		{name: "exporter none wins", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318", "OTEL_TRACES_EXPORTER", "none"}},
-		{name: "ratio sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0.25"},
-			enabled: true, sampler: "parentbased_traceidratio", ratio: 0.25},
-		{name: "http/protobuf named", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"},
-			enabled: true, sampler: "parentbased_always_off", ratio: 1},
-		{name: "grpc refused", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, errVar: "OTEL_EXPORTER_OTLP_PROTOCOL"},
-		{name: "traces protocol checked first", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
-			"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"}, errVar: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
-		{name: "unknown sampler", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "xray"}, errVar: "OTEL_TRACES_SAMPLER"},
-		{name: "bad ratio", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c", "OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "2"}, errVar: "OTEL_TRACES_SAMPLER_ARG"},
-		{name: "another exporter", env: []string{"OTEL_TRACES_EXPORTER", "zipkin"}, errVar: "OTEL_TRACES_EXPORTER"},
-		{name: "settings of tracing that is off are not checked", env: []string{"OTEL_TRACES_SAMPLER", "xray", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseTracingEnv(otlptest.Env(tc.env...))
-			if !wantOptionError(t, err, tc.errVar) {
-				return
-			}
-			if c.Enabled != tc.enabled || (tc.enabled && (c.Sampler != tc.sampler || c.Ratio != tc.ratio)) {
-				t.Errorf("got %+v, want enabled %v sampler %q ratio %v", c, tc.enabled, tc.sampler, tc.ratio)
-			}
-			if !c.Enabled && c.Off == "" {
-				t.Error("off without a reason")
-			}
-		})
-	}
-}
-
-// The samplers the names make decide as their names say.
-func TestTracingSamplers(t *testing.T) {
-	root := sdktrace.SamplingParameters{TraceID: [16]byte{1}, Name: "send"}
-	for name, sampled := range map[string]bool{
-		"always_on": true, "always_off": false, "parentbased_always_on": true, "parentbased_always_off": false,
-		"traceidratio": true, "parentbased_traceidratio": true,
-	} {
-		s := TracingConfig{Sampler: name, Ratio: 1}.sampler()
-		if got := s.ShouldSample(root).Decision == sdktrace.RecordAndSample; got != sampled {
-			t.Errorf("%s samples a root: %v, want %v", name, got, sampled)
+// envTracing attaches the tracer provider relayotel builds from the
+// environment, as the walrelay command does; it stops when the test ends.
+func envTracing(t *testing.T) func(*Options) {
+	return func(o *Options) {
+		tp, stop, err := relayotel.Start(context.Background(), os.Getenv, "test", o.Logger)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if strings.HasPrefix(name, "parentbased_") != strings.HasPrefix(s.Description(), "ParentBased") {
-			t.Errorf("%s is %s", name, s.Description())
-		}
-	}
-	if (TracingConfig{Sampler: "traceidratio", Ratio: 0}).sampler().ShouldSample(root).Decision != sdktrace.Drop {
-		t.Error("ratio 0 samples")
+		t.Cleanup(stop)
+		o.TracerProvider = tp
 	}
 }
 
@@ -163,7 +109,7 @@ func TestTracingEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cluster.Close()
-			mods := []func(*Options){}
+			mods := []func(*Options){envTracing(t)}
 			if tc.mod != nil {
 				mods = append(mods, tc.mod)
 			}
@@ -259,7 +205,7 @@ func TestTracingOffEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := startRelay(t, fmt.Sprintf("trace_off_%d", i), cluster, func(o *Options) {})
+		f := startRelay(t, fmt.Sprintf("trace_off_%d", i), cluster, envTracing(t))
 		traceparent := "00-" + appTraceID + "-" + appSpanID + "-01"
 		f.insertWithHeaders(t, fmt.Sprintf(`{"traceparent": %q, "tracestate": %q}`, traceparent, appTracestate))
 		rec := relaytest.ConsumeAll(t, cluster.ListenAddrs(), f.Name+".order", 1)[0]
@@ -275,18 +221,4 @@ func TestTracingOffEndToEnd(t *testing.T) {
 			t.Errorf("env %q: the log says tracing is on", env)
 		}
 	}
-}
-
-// wantOptionError checks that err is an *OptionError naming variable, or
-// nil when variable is "", and says whether the test goes on (no error).
-func wantOptionError(t *testing.T, err error, variable string) bool {
-	t.Helper()
-	var oe *OptionError
-	switch {
-	case variable == "" && err != nil:
-		t.Fatal(err)
-	case variable != "" && (!errors.As(err, &oe) || oe.Option != variable):
-		t.Fatalf("error %v, want an *OptionError naming %s", err, variable)
-	}
-	return variable == ""
 }

@@ -1,9 +1,20 @@
-package relay
+// Package relayprom is walrelay's Prometheus metrics for the runtime
+// (relay.Run), attached from outside it as franz-go's kprom is to its
+// client: Metrics implements relay.Observer (set it as Options.Observer),
+// KafkaHooks adds franz-go's client metrics to the sink
+// (Options.SinkOptions), and Serve serves /metrics, /healthz and /readyz.
+// The walrelay command attaches all three; relay.Run works without them.
+//
+// Entry points: metrics.go (New, Metrics, KafkaHooks) and http.go (Serve).
+// The metric names and their help texts are the contract of the dashboards
+// and alerts in deploy/: a rename breaks them.
+package relayprom
 
 import (
 	"runtime"
-	"runtime/debug"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walrelay/walrelay/decoder"
+	"github.com/walrelay/walrelay/replication"
 	"github.com/walrelay/walrelay/sink"
 )
 
@@ -24,27 +36,27 @@ var (
 	// ignoredReasons are the decoder's KindIgnored reasons.
 	ignoredReasons = []string{decoder.ReasonUpdate, decoder.ReasonDelete, decoder.ReasonTruncate,
 		decoder.ReasonNonTransactional, decoder.ReasonForeignMessage, decoder.ReasonUnmappedTable}
-	// reconnectCauses are the causes of walrelay_reconnects_total.
+	// reconnectCauses are the causes of walrelay_reconnects_total
+	// (relay.ReconnectConnection, relay.ReconnectSlotInUse).
 	reconnectCauses = []string{"connection", "slot_in_use"}
 	// walStatuses are pg_replication_slots.wal_status values.
 	walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 	// txnOutcomes are the outcomes of walrelay_txn_total.
 	txnOutcomes = []string{"committed", "aborted"}
-	// roles are the values of walrelay_role's role label.
-	roles = []string{roleActive, roleStandby}
-)
-
-// Roles of an instance (walrelay_role).
-const (
-	roleActive  = "active"  // streaming from the slot
-	roleStandby = "standby" // the slot is held by another process
+	// roles are the values of walrelay_role's role label (relay.RoleActive,
+	// relay.RoleStandby).
+	roles = []string{"active", "standby"}
 )
 
 // e2eBuckets cover 1 ms to 60 s: commit-to-ack latency from a quiet system
 // (a few ms with the default linger) to a backlog drained after an outage.
 var e2eBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-type metrics struct {
+// Metrics is walrelay's own metrics, fed by the runtime through the
+// relay.Observer methods. Safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
 	events           prometheus.Counter
 	transactions     prometheus.Counter
 	ignored          *prometheus.CounterVec
@@ -62,12 +74,12 @@ type metrics struct {
 	e2eLatency       prometheus.Histogram
 	role             *prometheus.GaugeVec
 
-	// exactly-once (eos.go)
+	// exactly-once
 	txns          *prometheus.CounterVec
 	txnCommitTime prometheus.Histogram
 	txnSkipped    prometheus.Counter
 
-	// slot metrics, from pg_replication_slots (slotpoll.go)
+	// slot metrics, from pg_replication_slots (Options.SlotMetricsInterval)
 	slotRetained   prometheus.Gauge
 	slotLag        prometheus.Gauge
 	slotSafeWAL    prometheus.Gauge
@@ -87,13 +99,25 @@ type metrics struct {
 	failoverProtected *prometheus.GaugeVec
 	failoverLag       *prometheus.GaugeVec
 	failoverStandbys  *prometheus.GaugeVec // no labels: no series until the first poll
+	// the outbox tables' span (Options.OutboxSpan), registered when its
+	// poll starts
+	spanOnce sync.Once
+	span     *spanMetrics
+
+	streaming atomic.Bool                   // /readyz
+	why       atomic.Pointer[func() string] // /readyz's answer while not ready
 }
 
-// newMetrics registers walrelay's own metrics, labelling the slot and role
-// series with slot.
-func newMetrics(reg *prometheus.Registry, slot string) *metrics {
+// Build labels walrelay_build_info.
+type Build struct {
+	Version, Revision string // relay.BuildVersion()
+}
+
+// New registers walrelay's own metrics in reg, labelling the slot and role
+// series with slot, and the Go and process collectors.
+func New(reg *prometheus.Registry, slot string, build Build) *Metrics {
 	slotLabel := prometheus.Labels{"slot": slot}
-	m := &metrics{
+	m := &Metrics{
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_events_acked_total", Help: "Outbox events acknowledged by Kafka (dead letters included)."}),
 		transactions: prometheus.NewCounter(prometheus.CounterOpts{
@@ -109,7 +133,7 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		kafkaRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_kafka_topic_retries_total", Help: "Topic look-ups or creations retried because Kafka was unavailable (the pipeline waits meanwhile)."}),
 		slotRecoveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "walrelay_slot_recoveries_total", Help: "Lost replication slots this process recovered by itself (on-slot-lost recover): a replay since the last delivered event, then a new slot."}),
+			Name: "walrelay_slot_recoveries_total", Help: "Lost replication slots this process recovered by itself (Options.SlotRecoveries: walrelay run's recovery of a lost slot): a replay since the last delivered event, then a new slot."}),
 		reservedHeaders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walrelay_reserved_headers_dropped_total", Help: "Entries of the headers column dropped because they would shadow a walrelay header (id, event_type, aggregate_type, walrelay.*, ce_*)."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -155,15 +179,15 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 		slotHolderAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_holder_xact_age_seconds", Help: "Age of the oldest open (with a transaction id) or prepared transaction, which holds the slot back (restart_lsn, catalog_xmin) once walrelay confirmed past its start; 0 when none is open. walrelay status names it.", ConstLabels: slotLabel}),
 		slotHolderAlertAfter: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walrelay_slot_holder_alert_after_seconds", Help: "The slot-holder-alert-after setting: how long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
+			Name: "walrelay_slot_holder_alert_after_seconds", Help: "How long a transaction may hold the slot back before the WalrelaySlotHeldBack alert fires (0: off).", ConstLabels: slotLabel}),
 		slotWALTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walrelay_slot_wal_time_left_seconds", Help: "Time until max_slot_wal_keep_size invalidates the slot: safe_wal_size over the rate at which it shrank since it last grew (the WAL rate while the slot is held back), once it has shrunk for a minute; -1 when max_slot_wal_keep_size is unlimited or the slot keeps up.", ConstLabels: slotLabel}),
 		failoverProtected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_slot_protected", Help: "With slot-failover: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
+			Name: "walrelay_failover_slot_protected", Help: "With a failover slot: 1 while the standby (a host of the Postgres DSN in recovery) would keep the slot on promotion (sync_replication_slots and hot_standby_feedback on, a dbname in primary_conninfo, a persisted synced copy), 0 when not.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_slot_lag_bytes", Help: "With slot-failover: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
+			Name: "walrelay_failover_slot_lag_bytes", Help: "With a failover slot: how far the standby's copy of the slot is behind the primary's (confirmed_flush_lsn); -1 when either is unknown.", ConstLabels: slotLabel}, []string{"standby"}),
 		failoverStandbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walrelay_failover_protected_standbys", Help: "With slot-failover: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
+			Name: "walrelay_failover_protected_standbys", Help: "With a failover slot: standbys among the Postgres DSN's hosts that would keep the slot on promotion (0: a failover now loses the slot).", ConstLabels: slotLabel}, nil),
 	}
 	for _, r := range filteredReasons {
 		m.filtered.WithLabelValues(r)
@@ -186,10 +210,10 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	for _, o := range txnOutcomes {
 		m.txns.WithLabelValues(o)
 	}
-	version, revision := BuildVersion()
+	m.reg = reg
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "walrelay_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "goversion", "revision"})
-	buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
+	buildInfo.WithLabelValues(build.Version, runtime.Version(), build.Revision).Set(1)
 	reg.MustRegister(m.events, m.transactions, m.ignored, m.filtered, m.produceFailures, m.deadLetters, m.reconnects, m.kafkaRetries, m.reservedHeaders, m.slotRecoveries,
 		m.heartbeatLatency, m.heartbeatErrors, m.heartbeatLast, m.ready, m.e2eLatency, m.role, buildInfo,
 		m.txns, m.txnCommitTime, m.txnSkipped,
@@ -200,19 +224,57 @@ func newMetrics(reg *prometheus.Registry, slot string) *metrics {
 	return m
 }
 
-// kafkaMetrics registers franz-go's client metrics (kprom, walrelay_kafka_*:
+// KafkaHooks registers franz-go's client metrics (kprom, walrelay_kafka_*:
 // connections, bytes, batches and records produced per broker and topic,
 // request latency, buffered records) in reg, through the client's hooks.
-func kafkaMetrics(reg *prometheus.Registry) sink.Option {
+func KafkaHooks(reg *prometheus.Registry) sink.Option {
 	kp := kprom.NewMetrics("walrelay", kprom.Subsystem("kafka"), kprom.Registry(reg),
 		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Batches, kprom.Records,
 			kprom.CompressedBytes, kprom.UncompressedBytes, kprom.ConsistentNaming))
 	return sink.WithClientOpts(kgo.WithHooks(kp))
 }
 
-// setRole sets walrelay_role: role is roleActive, roleStandby or "" (neither:
+// Ready reports whether the instance streams from the slot (/readyz).
+func (m *Metrics) Ready() bool { return m.streaming.Load() }
+
+func (m *Metrics) TransactionRead() { m.transactions.Inc() }
+
+func (m *Metrics) EventAcked(commitTime time.Time) {
+	m.events.Inc()
+	m.e2eLatency.Observe(time.Since(commitTime).Seconds())
+}
+
+func (m *Metrics) ProduceFailed()               { m.produceFailures.Inc() }
+func (m *Metrics) DeadLettered(reason string)   { m.deadLetters.WithLabelValues(reason).Inc() }
+func (m *Metrics) KafkaRetried()                { m.kafkaRetries.Inc() }
+func (m *Metrics) ChangeIgnored(reason string)  { m.ignored.WithLabelValues(reason).Inc() }
+func (m *Metrics) EventFiltered(reason string)  { m.filtered.WithLabelValues(reason).Inc() }
+func (m *Metrics) ReservedHeaderDropped(string) { m.reservedHeaders.Inc() }
+func (m *Metrics) HeartbeatFailed()             { m.heartbeatErrors.Inc() }
+func (m *Metrics) Reconnecting(cause string)    { m.reconnects.WithLabelValues(cause).Inc() }
+func (m *Metrics) TxnAborted()                  { m.txns.WithLabelValues("aborted").Inc() }
+func (m *Metrics) EventsSkipped(n int)          { m.txnSkipped.Add(float64(n)) }
+func (m *Metrics) SlotPollFailed()              { m.slotPollErrors.Inc() }
+
+func (m *Metrics) HeartbeatDecoded(emitted time.Time) {
+	m.heartbeatLast.SetToCurrentTime()
+	if !emitted.IsZero() {
+		m.heartbeatLatency.Observe(time.Since(emitted).Seconds())
+	}
+}
+
+func (m *Metrics) Streaming(on bool) {
+	m.streaming.Store(on)
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.ready.Set(v)
+}
+
+// Role sets walrelay_role: role is "active", "standby" or "" (neither:
 // connecting or reconnecting).
-func (m *metrics) setRole(role string) {
+func (m *Metrics) Role(role string) {
 	for _, r := range roles {
 		v := 0.0
 		if r == role {
@@ -222,79 +284,121 @@ func (m *metrics) setRole(role string) {
 	}
 }
 
-// Version is set at build time by `make build`:
-// -ldflags "-X github.com/walrelay/walrelay/relay.Version=$(git describe --tags --always --dirty)".
-// Left at "dev", walrelay reports the VCS revision Go embedded instead.
-var Version = "dev"
-
-// Revision is the VCS revision, set by `make build` like Version (-X ...relay.Revision=$(git rev-parse HEAD)).
-// Left empty, walrelay uses the revision Go embedded, if any.
-var Revision = ""
-
-// BuildVersion returns the version set at build time (Version, see the
-// Makefile's build target), else the module version Go recorded (a binary
-// made by `go install <module>@<version>`), else the VCS revision Go
-// embedded (a plain `go build` in a checkout); and the revision (Revision,
-// else Go's, else "unknown").
-func BuildVersion() (version, revision string) {
-	bi, _ := debug.ReadBuildInfo()
-	return buildVersion(Version, Revision, bi)
+func (m *Metrics) TxnCommitted(took time.Duration) {
+	m.txns.WithLabelValues("committed").Inc()
+	m.txnCommitTime.Observe(took.Seconds())
 }
 
-func buildVersion(version, revision string, bi *debug.BuildInfo) (string, string) {
-	dirty := false
-	if bi != nil {
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision" && revision == "":
-				revision = s.Value
-			case s.Key == "vcs.modified":
-				dirty = s.Value == "true"
-			}
+// slotState is one reading of the slot.
+type slotState struct {
+	exists    bool
+	retained  float64 // bytes
+	lag       float64 // bytes
+	walStatus string
+	safeWAL   float64 // bytes; -1 unlimited
+	active    bool
+}
+
+// slotStateOf is the reading of slot s (nil: missing).
+func slotStateOf(s *replication.Slot) slotState {
+	if s == nil {
+		return slotState{}
+	}
+	st := slotState{exists: true, retained: float64(s.RetainedBytes()), lag: float64(s.LagBytes()),
+		walStatus: s.WALStatus, safeWAL: -1, active: s.Active}
+	if s.SafeWALSize != nil {
+		st.safeWAL = float64(*s.SafeWALSize)
+	}
+	return st
+}
+
+// SlotPolled sets the walrelay_slot_* gauges from a reading (nil: the slot
+// is missing: walrelay_slot_exists 0).
+func (m *Metrics) SlotPolled(s *replication.Slot) { m.observeSlot(slotStateOf(s)) }
+
+func (m *Metrics) SlotRecoveries(n int) { m.slotRecoveries.Add(float64(n)) }
+
+func (m *Metrics) SlotHeldBack(age, alertAfter time.Duration) {
+	m.slotHolderAge.Set(age.Seconds())
+	m.slotHolderAlertAfter.Set(alertAfter.Seconds())
+}
+
+func (m *Metrics) SlotWALTimeLeft(left time.Duration, known bool) {
+	if !known {
+		m.slotWALTimeLeft.Set(-1)
+		return
+	}
+	m.slotWALTimeLeft.Set(left.Seconds())
+}
+
+// FailoverPolled sets the walrelay_failover_* gauges from h; standbys no
+// longer found lose their series. Without slot-failover nothing calls it, so
+// they have none, and no alert on them fires for a slot that is not a
+// failover slot.
+func (m *Metrics) FailoverPolled(h replication.FailoverHealth) {
+	m.failoverProtected.Reset()
+	m.failoverLag.Reset()
+	protected := 0
+	for _, s := range h.Standbys {
+		v := 0.0
+		if s.Protected() {
+			v = 1
+			protected++
 		}
+		m.failoverProtected.WithLabelValues(s.Server).Set(v)
+		m.failoverLag.WithLabelValues(s.Server).Set(float64(h.LagBytes(s)))
 	}
-	if version == "" || version == "dev" {
-		switch {
-		case bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)":
-			version = bi.Main.Version
-		case revision != "":
-			version = revision[:min(len(revision), 12)]
-			if dirty {
-				version += "-dirty"
-			}
-		default:
-			version = "dev"
+	m.failoverStandbys.WithLabelValues().Set(float64(protected))
+}
+
+// NotReadyReason keeps why, which /readyz adds to its answer while not
+// ready.
+func (m *Metrics) NotReadyReason(why func() string) { m.why.Store(&why) }
+
+// notReady says why the instance is not ready beyond not streaming ("":
+// nothing more).
+func (m *Metrics) notReady() string {
+	if f := m.why.Load(); f != nil {
+		return (*f)()
+	}
+	return ""
+}
+
+func (m *Metrics) observeSlot(st slotState) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
 		}
+		return 0
 	}
-	if revision == "" {
-		revision = "unknown"
+	m.slotExists.Set(b(st.exists))
+	m.slotActive.Set(b(st.active))
+	m.slotRetained.Set(st.retained)
+	m.slotLag.Set(st.lag)
+	m.slotSafeWAL.Set(st.safeWAL)
+	for _, s := range walStatuses {
+		m.slotWALStatus.WithLabelValues(s).Set(b(s == st.walStatus))
 	}
-	return version, revision
+	m.slotPollLast.SetToCurrentTime()
 }
 
-// watermarkSource is what the position gauges read.
-type watermarkSource interface {
-	Watermark() pglogrepl.LSN
-	InFlight() int
-}
-
-// registerPosition adds the gauges that read the checkpoint and the server
-// WAL end at scrape time. The *_lsn gauges are WAL positions as plain numbers
-// (the 64-bit LSN; as a float64 they are exact up to 2^53 bytes of WAL), meant
-// for differences and rates, not for reading: `walrelay status` prints them
-// in Postgres' X/Y form.
-func registerPosition(reg *prometheus.Registry, tr watermarkSource, walEnd *atomic.Uint64) {
-	reg.MustRegister(
+// Positions registers the gauges that read the checkpoint and the server
+// WAL end at scrape time (relay.Observer; called once). The *_lsn gauges
+// are WAL positions as plain numbers (the 64-bit LSN; as a float64 they are
+// exact up to 2^53 bytes of WAL), meant for differences and rates, not for
+// reading: `walrelay status` prints them in Postgres' X/Y form.
+func (m *Metrics) Positions(watermark func() pglogrepl.LSN, inFlight func() int, walEnd func() pglogrepl.LSN) {
+	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walrelay_confirmed_lsn", Help: "Watermark: the WAL position confirmed (or about to be) to Postgres, as a number (LSN)."},
-			func() float64 { return float64(tr.Watermark()) }),
+			func() float64 { return float64(watermark()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walrelay_server_wal_end_lsn", Help: "The server's WAL end as last seen in the stream, as a number (LSN)."},
-			func() float64 { return float64(walEnd.Load()) }),
+			func() float64 { return float64(walEnd()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walrelay_lag_bytes", Help: "Bytes of WAL between the server's WAL end and the watermark."},
 			func() float64 {
-				end, w := walEnd.Load(), uint64(tr.Watermark())
+				end, w := walEnd(), watermark()
 				if end < w {
 					return 0
 				}
@@ -302,6 +406,6 @@ func registerPosition(reg *prometheus.Registry, tr watermarkSource, walEnd *atom
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walrelay_in_flight_records", Help: "Records handed to Kafka and not yet acknowledged."},
-			func() float64 { return float64(tr.InFlight()) }),
+			func() float64 { return float64(inFlight()) }),
 	)
 }

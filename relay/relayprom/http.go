@@ -1,4 +1,4 @@
-package relay
+package relayprom
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr ("" disables). It
-// logs the bound address (useful with port 0) and returns a stop function.
-// why, when it says something, is /readyz's answer while not ready.
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, why func() string, withPProf bool, log *slog.Logger) (func(), error) {
+// Serve serves /metrics (reg), /healthz and /readyz (m.Ready) on addr (""
+// serves nothing), and Go's profiles under /debug/pprof/ when withPProf. It
+// logs the bound address (useful with port 0) and returns the function that
+// stops the server; the error is the listener's (the address is taken or
+// invalid).
+func Serve(addr string, reg *prometheus.Registry, m *Metrics, withPProf bool, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -31,9 +32,9 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, why fu
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
+		if !m.Ready() {
 			msg := "not streaming (connecting, reconnecting or standing by)"
-			if r := why(); r != "" {
+			if r := m.notReady(); r != "" {
 				msg = "not streaming, " + r
 			}
 			http.Error(w, msg, http.StatusServiceUnavailable)
